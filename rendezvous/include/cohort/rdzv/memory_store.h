@@ -1,0 +1,45 @@
+// cohort::MemoryStore: an in-process store with the semantics of the TCP store, for tests and for
+// threads of one process. Safe for concurrent use.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include "cohort/rdzv/store.h"
+
+namespace cohort {
+
+class MemoryStore final : public Store {
+ public:
+  explicit MemoryStore(std::chrono::milliseconds timeout = std::chrono::seconds(300));
+
+  void set(std::string_view key, std::string_view value) override;
+  std::string get(std::string_view key) override;
+  int64_t add(std::string_view key, int64_t delta) override;
+  std::string compare_set(std::string_view key, std::string_view expected,
+                          std::string_view desired) override;
+  bool check(std::span<const std::string> keys) override;
+  using Store::wait;
+  void wait(std::span<const std::string> keys, std::chrono::milliseconds timeout) override;
+  bool delete_key(std::string_view key) override;
+  int64_t num_keys() override;
+  std::vector<std::string> multi_get(std::span<const std::string> keys) override;
+  void multi_set(std::span<const std::string> keys, std::span<const std::string> values) override;
+  void append(std::string_view key, std::string_view value) override;
+  std::chrono::milliseconds timeout() const override;
+  void set_timeout(std::chrono::milliseconds timeout) override;
+  std::string describe() const override { return "memory"; }
+
+ private:
+  // REQUIRES: lock held on mu_.
+  void wait_locked(std::unique_lock<std::mutex>& lock, std::span<const std::string> keys,
+                   std::chrono::milliseconds timeout);
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<std::string, std::string, std::less<>> data_;  // guarded by mu_
+  std::chrono::milliseconds timeout_;                      // guarded by mu_
+};
+
+}  // namespace cohort

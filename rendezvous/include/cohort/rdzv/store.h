@@ -1,0 +1,76 @@
+// cohort::Store: the key-value store that launchers and workers rendezvous through.
+//
+// Backends: TcpStore (a cohortd or PyTorch TCPStore server, tcp_store.h), MemoryStore (in-process,
+// memory_store.h) and PrefixStore (a namespaced view of another store, prefix_store.h).
+//
+// Semantics follow PyTorch's c10d::Store: values are byte strings; add() keeps a decimal counter;
+// get() waits for the key to appear, up to timeout(); compare_set() returns the value now stored
+// (the caller succeeded iff it equals `desired`; on a missing key with a non-empty `expected` it
+// returns `expected` without writing, as PyTorch does).
+//
+// Failures throw cohort::StoreError (StoreTimeoutError for deadlines), naming the key and server.
+// Thread safety: each implementation says; TcpStore and MemoryStore are safe for concurrent use.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cohort/rdzv/error.h"
+
+namespace cohort {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Stores `value` under `key`, waking every waiter on it.
+  virtual void set(std::string_view key, std::string_view value) = 0;
+
+  // Returns the value of `key`, waiting up to timeout() for it to be set.
+  // Throws StoreTimeoutError when it does not appear in time.
+  virtual std::string get(std::string_view key) = 0;
+
+  // Adds `delta` to the decimal counter under `key` (a missing key counts as 0) and returns the sum.
+  virtual int64_t add(std::string_view key, int64_t delta) = 0;
+
+  // Atomically replaces the value of `key` with `desired` if it equals `expected` (an empty
+  // `expected` matches a missing key). Returns the value stored afterwards; see the file comment.
+  virtual std::string compare_set(std::string_view key, std::string_view expected,
+                                  std::string_view desired) = 0;
+
+  // True iff every key exists. Does not wait.
+  virtual bool check(std::span<const std::string> keys) = 0;
+
+  // Returns once every key exists; throws StoreTimeoutError after `timeout`.
+  virtual void wait(std::span<const std::string> keys, std::chrono::milliseconds timeout) = 0;
+  void wait(std::span<const std::string> keys) { wait(keys, timeout()); }
+
+  // Removes `key`; true iff it existed.
+  virtual bool delete_key(std::string_view key) = 0;
+
+  // Number of keys in the whole store (PyTorch counts its internal "init/" key too).
+  virtual int64_t num_keys() = 0;
+
+  // get() of several keys in one round trip (waits for all of them, up to timeout()).
+  virtual std::vector<std::string> multi_get(std::span<const std::string> keys) = 0;
+
+  // set() of several pairs in one round trip. REQUIRES: keys.size() == values.size().
+  virtual void multi_set(std::span<const std::string> keys,
+                         std::span<const std::string> values) = 0;
+
+  // Appends `value` to the bytes under `key`, creating it if missing; wakes waiters.
+  virtual void append(std::string_view key, std::string_view value) = 0;
+
+  // Deadline for get(), multi_get() and the one-argument wait().
+  virtual std::chrono::milliseconds timeout() const = 0;
+  virtual void set_timeout(std::chrono::milliseconds timeout) = 0;
+
+  // Where the store is, for messages: "tcp://127.0.0.1:29500", "memory", "prefix/ on tcp://...".
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace cohort

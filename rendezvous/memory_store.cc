@@ -1,0 +1,149 @@
+#include "cohort/rdzv/memory_store.h"
+
+#include <charconv>
+
+namespace cohort {
+
+MemoryStore::MemoryStore(std::chrono::milliseconds timeout) : timeout_(timeout) {}
+
+void MemoryStore::set(std::string_view key, std::string_view value) {
+  {
+    std::lock_guard lock(mu_);
+    data_.insert_or_assign(std::string(key), std::string(value));
+  }
+  changed_.notify_all();
+}
+
+std::string MemoryStore::get(std::string_view key) {
+  std::unique_lock lock(mu_);
+  std::string k(key);
+  wait_locked(lock, std::span<const std::string>(&k, 1), timeout_);
+  return data_.find(k)->second;
+}
+
+int64_t MemoryStore::add(std::string_view key, int64_t delta) {
+  int64_t sum;
+  {
+    std::lock_guard lock(mu_);
+    auto it = data_.find(key);
+    int64_t current = 0;
+    if (it != data_.end()) {
+      const std::string& v = it->second;
+      size_t start = v.find_first_not_of(' ');
+      if (start == std::string::npos ||
+          std::from_chars(v.data() + start, v.data() + v.size(), current).ec != std::errc()) {
+        throw StoreError("add on a key whose value is not a decimal integer", std::string(key),
+                         "memory");
+      }
+    }
+    sum = current + delta;
+    data_.insert_or_assign(std::string(key), std::to_string(sum));
+  }
+  changed_.notify_all();
+  return sum;
+}
+
+std::string MemoryStore::compare_set(std::string_view key, std::string_view expected,
+                                     std::string_view desired) {
+  std::string result;
+  bool wrote = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = data_.find(key);
+    if (it == data_.end()) {
+      if (!expected.empty()) return std::string(expected);
+      data_.emplace(std::string(key), std::string(desired));
+      result = desired;
+      wrote = true;
+    } else if (it->second == expected) {
+      it->second = desired;
+      result = desired;
+      wrote = true;
+    } else {
+      result = it->second;
+    }
+  }
+  if (wrote) changed_.notify_all();
+  return result;
+}
+
+bool MemoryStore::check(std::span<const std::string> keys) {
+  std::lock_guard lock(mu_);
+  for (const auto& k : keys)
+    if (!data_.contains(k)) return false;
+  return true;
+}
+
+void MemoryStore::wait_locked(std::unique_lock<std::mutex>& lock,
+                              std::span<const std::string> keys,
+                              std::chrono::milliseconds timeout) {
+  auto all_present = [&] {
+    for (const auto& k : keys)
+      if (!data_.contains(k)) return false;
+    return true;
+  };
+  if (!changed_.wait_for(lock, timeout, all_present)) {
+    std::string missing;
+    for (const auto& k : keys)
+      if (!data_.contains(k)) missing += (missing.empty() ? "" : ", ") + k;
+    throw StoreTimeoutError("wait timed out after " + std::to_string(timeout.count()) +
+                                " ms; keys not set: " + missing,
+                            missing, "memory");
+  }
+}
+
+void MemoryStore::wait(std::span<const std::string> keys, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  wait_locked(lock, keys, timeout);
+}
+
+bool MemoryStore::delete_key(std::string_view key) {
+  std::lock_guard lock(mu_);
+  auto it = data_.find(key);
+  if (it == data_.end()) return false;
+  data_.erase(it);
+  return true;
+}
+
+int64_t MemoryStore::num_keys() {
+  std::lock_guard lock(mu_);
+  return static_cast<int64_t>(data_.size());
+}
+
+std::vector<std::string> MemoryStore::multi_get(std::span<const std::string> keys) {
+  std::unique_lock lock(mu_);
+  wait_locked(lock, keys, timeout_);
+  std::vector<std::string> out;
+  out.reserve(keys.size());
+  for (const auto& k : keys) out.push_back(data_.find(k)->second);
+  return out;
+}
+
+void MemoryStore::multi_set(std::span<const std::string> keys,
+                            std::span<const std::string> values) {
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < keys.size(); ++i) data_.insert_or_assign(keys[i], values[i]);
+  }
+  changed_.notify_all();
+}
+
+void MemoryStore::append(std::string_view key, std::string_view value) {
+  {
+    std::lock_guard lock(mu_);
+    data_[std::string(key)].append(value);
+  }
+  changed_.notify_all();
+}
+
+std::chrono::milliseconds MemoryStore::timeout() const {
+  std::lock_guard lock(mu_);
+  return timeout_;
+}
+
+void MemoryStore::set_timeout(std::chrono::milliseconds timeout) {
+  std::lock_guard lock(mu_);
+  timeout_ = timeout;
+}
+
+}  // namespace cohort
