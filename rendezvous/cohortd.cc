@@ -1,0 +1,94 @@
+#include "cohort/rdzv/cohortd.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <asio/io_context.hpp>
+#include <asio/signal_set.hpp>
+#include <cstdio>
+#include <fstream>
+
+#include "cohort/rdzv/error.h"
+#include "cohort/rdzv/logging.h"
+
+namespace cohort::rdzv {
+
+int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
+  CLI::App app{"cohortd: a rendezvous store, wire-compatible with PyTorch's TCPStore (1.13 and 2.x)"};
+  auto& s = config->server;
+  app.add_option("--host", s.host, "Address to listen on (IPv4, IPv6 or name)")
+      ->capture_default_str();
+  app.add_option("--port", s.port, "Port to listen on; 0 picks a free one")->capture_default_str();
+  app.add_option("--port-file", config->port_file,
+                 "Write the bound port to this file once listening");
+  app.add_option("--max-key-bytes", s.limits.max_key_bytes, "Largest key accepted")
+      ->capture_default_str();
+  app.add_option("--max-value-bytes", s.limits.max_value_bytes, "Largest value accepted")
+      ->capture_default_str();
+  app.add_option("--max-keys-per-request", s.limits.max_keys_per_request,
+                 "Most keys in one CHECK/WAIT/MULTI_GET/MULTI_SET")
+      ->capture_default_str();
+  app.add_option("--max-request-bytes", s.max_request_bytes, "Largest whole request")
+      ->capture_default_str();
+  app.add_option("--max-connections", s.max_connections,
+                 "Open connections; further ones are closed at once")
+      ->capture_default_str();
+  app.add_option("--max-waiters", s.max_waiters, "Parked WAIT requests")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return -1;
+}
+
+long raise_fd_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  return static_cast<long>(rl.rlim_cur);
+}
+
+namespace {
+
+void write_port_file(const std::string& path, uint16_t port) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream f(tmp);
+    f << port << "\n";
+    if (!f.flush()) throw Error("cannot write --port-file " + path);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot write --port-file " + path);
+}
+
+}  // namespace
+
+int run_cohortd(const CohortdConfig& config) {
+  auto log = component_logger("cohortd");
+  long fds = raise_fd_limit();
+  asio::io_context io(1);
+  StoreServer server(io, config.server);
+  std::printf("%s\n", server.address().c_str());
+  std::fflush(stdout);
+  if (!config.port_file.empty()) write_port_file(config.port_file, server.port());
+  log->info("listening on {} (both TCPStore dialects; {} descriptors)", server.address(), fds);
+
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](std::error_code ec, int sig) {
+    if (ec) return;
+    log->info("signal {} received, stopping", sig);
+    server.stop();
+  });
+  io.run();
+  auto st = server.stats();
+  log->info("stopped after {} connections", st.accepted);
+  return 0;
+}
+
+}  // namespace cohort::rdzv

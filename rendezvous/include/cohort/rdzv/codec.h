@@ -1,0 +1,172 @@
+// The TCPStore wire protocol: pure encoding and decoding of requests in both PyTorch dialects.
+//
+// A request is one opcode byte followed by fields; integers are little-endian; a byte string is a
+// u64 length then the bytes; key lists are a u64 count then the strings. There is no framing, so
+// decode_request() parses a stream prefix and answers complete / need more / bad, with the bytes
+// it consumed. Size limits are checked on the length fields, before anything is allocated.
+// See research/torch_protocol.md §1 for the captured bytes this codec is tested against.
+//
+// Nothing here touches a socket; every function is safe to call from any thread.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cohort::rdzv {
+
+// The two opcode numberings PyTorch has shipped.
+enum class Dialect : uint8_t {
+  kLegacy,   // PyTorch 1.13 / 2.0: SET=0 .. WATCH_KEY=7, DELETE_KEY=8; no handshake
+  kCurrent,  // VALIDATE era (2.2+ .. 2.8, main): VALIDATE=0, SET=1 .. QUEUE_LEN=16
+};
+
+std::string_view dialect_name(Dialect d);
+
+enum class Op : uint8_t {
+  kValidate,
+  kPing,
+  kSet,
+  kCompareSet,
+  kGet,
+  kAdd,
+  kCheck,
+  kWait,
+  kGetNumKeys,
+  kWatchKey,
+  kDeleteKey,
+  kAppend,
+  kMultiGet,
+  kMultiSet,
+  kCancelWait,
+  kQueuePush,
+  kQueuePop,
+  kQueueLen,
+};
+
+std::string_view op_name(Op op);
+
+// Opcode <-> Op for a dialect; nullopt where the dialect has no such command.
+std::optional<Op> op_from_wire(Dialect d, uint8_t opcode);
+std::optional<uint8_t> wire_from_op(Dialect d, Op op);
+
+// Sent (little-endian) after VALIDATE; a connection starting 00 ce f7 85 3c speaks kCurrent.
+inline constexpr uint32_t kValidationMagic = 0x3C85F7CE;
+
+// One-byte replies.
+inline constexpr uint8_t kCheckReady = 0, kCheckNotReady = 1;
+inline constexpr uint8_t kStopWaiting = 0, kWaitCanceled = 1;
+inline constexpr uint8_t kWatchUpdated = 0, kWatchCreated = 1, kWatchDeleted = 2,
+                         kWatchRegistered = 3;
+
+enum class DetectStatus { kLegacy, kCurrent, kNeedMore };
+
+// Tells a connection's dialect from its first bytes (REQUIRES: at least one byte).
+DetectStatus detect_dialect(std::span<const uint8_t> first_bytes);
+
+struct Limits {
+  uint64_t max_key_bytes = 64 * 1024;
+  uint64_t max_value_bytes = 64ull << 20;
+  uint64_t max_keys_per_request = 128 * 1024;
+};
+
+// A decoded request. The string views point into the buffer given to decode_request() and are
+// valid until that buffer changes. Reuse one Request per connection: decoding keeps capacity.
+struct Request {
+  Op op = Op::kSet;
+  std::vector<std::string_view> keys;    // every key, in wire order
+  std::vector<std::string_view> values;  // SET/APPEND/QUEUE_PUSH: 1; COMPARE_SET: expected,
+                                         // desired; MULTI_SET: one per key
+  int64_t delta = 0;                     // ADD
+  uint32_t u32 = 0;                      // VALIDATE magic, PING nonce
+  void clear() {
+    keys.clear();
+    values.clear();
+    delta = 0;
+    u32 = 0;
+  }
+};
+
+enum class DecodeStatus { kComplete, kNeedMore, kBad };
+
+struct DecodeResult {
+  DecodeStatus status = DecodeStatus::kNeedMore;
+  size_t consumed = 0;  // bytes of the request when kComplete
+  std::string error;    // kBad: what was wrong (names the limit when one was exceeded)
+};
+
+// Decodes the request at the start of `in`.
+DecodeResult decode_request(Dialect d, std::span<const uint8_t> in, const Limits& limits,
+                            Request* out);
+
+// Appends the wire form of `req` to `out`. REQUIRES: the dialect has req.op.
+void encode_request(Dialect d, const Request& req, std::string* out);
+
+// ---- primitives, shared by the server's replies and the clients -----------------------------
+inline void put_u8(std::string* out, uint8_t v) { out->push_back(static_cast<char>(v)); }
+inline void put_u32(std::string* out, uint32_t v) {
+  char b[4];
+  std::memcpy(b, &v, 4);  // x86-64 and aarch64 are little-endian, as PyTorch assumes
+  out->append(b, 4);
+}
+inline void put_u64(std::string* out, uint64_t v) {
+  char b[8];
+  std::memcpy(b, &v, 8);
+  out->append(b, 8);
+}
+inline void put_i64(std::string* out, int64_t v) { put_u64(out, static_cast<uint64_t>(v)); }
+inline void put_bytes(std::string* out, std::string_view s) {
+  put_u64(out, s.size());
+  out->append(s);
+}
+
+// Reads fixed fields from a byte span; each getter returns false when the span is too short.
+class WireReader {
+ public:
+  explicit WireReader(std::span<const uint8_t> in) : in_(in) {}
+  bool u8(uint8_t* v) {
+    if (left() < 1) return false;
+    *v = in_[pos_++];
+    return true;
+  }
+  bool u32(uint32_t* v) { return fixed(v, 4); }
+  bool u64(uint64_t* v) { return fixed(v, 8); }
+  bool i64(int64_t* v) { return fixed(v, 8); }
+  // A length-prefixed string. Sets *too_long (and returns false) when its length exceeds `max`.
+  bool bytes(std::string_view* v, uint64_t max, bool* too_long) {
+    uint64_t n;
+    size_t start = pos_;
+    if (!u64(&n)) return false;
+    if (n > max) {
+      *too_long = true;
+      pos_ = start;
+      return false;
+    }
+    if (left() < n) {
+      pos_ = start;
+      return false;
+    }
+    *v = std::string_view(reinterpret_cast<const char*>(in_.data() + pos_), n);
+    pos_ += n;
+    return true;
+  }
+  size_t pos() const { return pos_; }
+  size_t left() const { return in_.size() - pos_; }
+
+ private:
+  template <typename T>
+  bool fixed(T* v, size_t n) {
+    if (left() < n) return false;
+    std::memcpy(v, in_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  std::span<const uint8_t> in_;
+  size_t pos_ = 0;
+};
+
+}  // namespace cohort::rdzv

@@ -1,0 +1,28 @@
+// cohortd: the standalone store daemon. run_cohortd() is its whole program, so tests can drive it
+// in-process; cohortd_main.cc only calls it.
+#pragma once
+
+#include <string>
+
+#include "cohort/rdzv/server.h"
+
+namespace cohort::rdzv {
+
+struct CohortdConfig {
+  StoreServerOptions server;
+  std::string port_file;  // when set, "<port>\n" is written there (atomically) once listening
+};
+
+// Parses cohortd's command line into *config. Returns -1 to go on, else an exit status (0 after
+// --help, 2 after a usage error, with the message printed).
+int parse_cohortd_args(int argc, char** argv, CohortdConfig* config);
+
+// Raises RLIMIT_NOFILE's soft limit to the hard limit (thousands of clients need descriptors).
+// Returns the new soft limit.
+long raise_fd_limit();
+
+// Serves until SIGINT or SIGTERM. Prints the listening address as the first line of stdout.
+// Returns the exit status.
+int run_cohortd(const CohortdConfig& config);
+
+}  // namespace cohort::rdzv

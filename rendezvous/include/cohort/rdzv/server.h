@@ -1,0 +1,89 @@
+// cohort::rdzv::StoreServer: the store server (cohortd's core, also embedded in cohortrun).
+//
+// Speaks both TCPStore dialects (codec.h), told apart per connection by its first bytes. One Asio
+// event loop; every connection is parsed as a stream, so a client that sends half a request delays
+// nobody else. A request over a limit closes that connection with a log line naming the limit; the
+// server and every other client carry on.
+//
+// Thread safety: construct, query and stop() on the loop's thread (or before run()). For a server
+// on a thread of its own, use StoreServerThread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "cohort/rdzv/codec.h"
+
+namespace asio {
+class io_context;
+}
+
+namespace cohort::rdzv {
+
+struct StoreServerOptions {
+  std::string host = "0.0.0.0";  // an IPv4 or IPv6 literal, or a name to resolve
+  uint16_t port = 29500;         // 0 picks a free port (see StoreServer::port())
+  Limits limits;                 // per request: key bytes, value bytes, keys
+  uint64_t max_request_bytes = 256ull << 20;  // one whole request (MULTI_SET can be large)
+  size_t max_connections = 100000;  // further connections are accepted and closed at once
+  size_t max_waiters = 1000000;     // parked WAITs; one more closes that connection
+};
+
+struct StoreServerStats {
+  size_t connections = 0;       // open now
+  uint64_t accepted = 0;        // since start
+  uint64_t refused = 0;         // closed at accept because of max_connections
+  uint64_t closed_for_limit = 0;
+  size_t parked_waits = 0;
+  int64_t keys = 0;
+};
+
+class StoreServer {
+ public:
+  // Binds and listens at once; throws cohort::Error naming the address and the system error.
+  // `io` must outlive the server; nothing is served until io.run().
+  StoreServer(asio::io_context& io, StoreServerOptions options);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  // The bound port (the real one when options.port was 0) and "host:port" as printed.
+  uint16_t port() const;
+  std::string address() const;
+
+  // Stops accepting and closes every connection; io.run() then returns once handlers drain.
+  void stop();
+
+  StoreServerStats stats() const;
+
+ private:
+  class Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// A StoreServer on its own thread (named "cohort-store"), for processes without an event loop
+// (workers hosting a store, tests). The constructor returns once the server listens (or throws
+// like StoreServer's); the destructor stops it and joins the thread. Thread-safe.
+class StoreServerThread {
+ public:
+  explicit StoreServerThread(StoreServerOptions options);
+  ~StoreServerThread();
+  StoreServerThread(const StoreServerThread&) = delete;
+  StoreServerThread& operator=(const StoreServerThread&) = delete;
+
+  uint16_t port() const { return port_; }
+  std::string address() const { return address_; }
+  StoreServerStats stats() const;
+  void stop();
+
+ private:
+  struct Loop;
+  std::unique_ptr<Loop> loop_;
+  uint16_t port_ = 0;
+  std::string address_;
+  std::thread thread_;
+};
+
+}  // namespace cohort::rdzv

@@ -1,0 +1,87 @@
+// cohort::TcpStore: a client of a TCPStore-protocol server (cohortd, cohortrun's embedded store,
+// or PyTorch's own TCPStore server).
+//
+// The dialect is the caller's choice, never probed: kCurrent (default) for cohortd and PyTorch
+// 2.2+ servers; kTorch113 for PyTorch 1.13/2.0 servers (a 1.13 server reads a VALIDATE as a SET
+// with a gigabyte-long key and stalls every client, so probing is not an option).
+//
+// Connecting retries refused/unreachable connections with exponential backoff and jitter until
+// connect_timeout. A connection lost between requests is re-established on the next call; one lost
+// during a request is retried once for idempotent requests (get, set, wait, check, multi_*,
+// num_keys, delete_key) and reported for add, compare_set and append, whose effect is then unknown.
+//
+// With kTorch113 the operations 1.13 lacks are composed: multi_get = WAIT + pipelined GETs,
+// multi_set = pipelined SETs, append = a compare_set loop; a timed-out wait closes the connection
+// (1.13 cannot cancel a wait, and its late reply would desynchronise the stream).
+//
+// Thread safety: safe for concurrent use; requests are serialised on one connection.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cohort/rdzv/store.h"
+
+namespace cohort {
+
+enum class StoreDialect { kCurrent, kTorch113 };
+
+struct TcpStoreOptions {
+  std::string host = "127.0.0.1";  // name, IPv4 or IPv6 literal (brackets optional)
+  int port = 29500;
+  StoreDialect dialect = StoreDialect::kCurrent;
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};         // get/wait deadline
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};  // total connect deadline
+};
+
+class TcpStore final : public Store {
+ public:
+  // Connects (with retries); throws StoreError naming the address and the last errno when the
+  // server cannot be reached before connect_timeout.
+  explicit TcpStore(TcpStoreOptions options);
+  ~TcpStore() override;
+  TcpStore(const TcpStore&) = delete;
+  TcpStore& operator=(const TcpStore&) = delete;
+
+  void set(std::string_view key, std::string_view value) override;
+  std::string get(std::string_view key) override;
+  int64_t add(std::string_view key, int64_t delta) override;
+  std::string compare_set(std::string_view key, std::string_view expected,
+                          std::string_view desired) override;
+  bool check(std::span<const std::string> keys) override;
+  using Store::wait;
+  void wait(std::span<const std::string> keys, std::chrono::milliseconds timeout) override;
+  bool delete_key(std::string_view key) override;
+  int64_t num_keys() override;
+  std::vector<std::string> multi_get(std::span<const std::string> keys) override;
+  void multi_set(std::span<const std::string> keys, std::span<const std::string> values) override;
+  void append(std::string_view key, std::string_view value) override;
+  std::chrono::milliseconds timeout() const override;
+  void set_timeout(std::chrono::milliseconds timeout) override;
+  std::string describe() const override;
+
+  // "host:port" of the server.
+  const std::string& address() const { return address_; }
+
+ private:
+  class Connection;
+
+  // Connects and, in the current dialect, sends VALIDATE + PING. REQUIRES: mu_ held.
+  void reconnect_locked();
+  // Runs fn(connection, deadline) under mu_, reconnecting first when needed; a lost connection is
+  // retried once when `idempotent`. Turns transport failures into StoreError/StoreTimeoutError.
+  template <typename Fn>
+  auto call(bool idempotent, std::string_view op, std::string_view key, Fn&& fn);
+  // wait() with mu_ held.
+  void wait_locked(Connection& c, std::span<const std::string> keys,
+                   std::chrono::milliseconds timeout);
+
+  TcpStoreOptions options_;
+  std::string address_;
+  mutable std::mutex mu_;
+  std::unique_ptr<Connection> conn_;  // guarded by mu_; null after a failure until reconnected
+};
+
+}  // namespace cohort

@@ -1,0 +1,41 @@
+#include "cohort/rdzv/logging.h"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+
+namespace cohort {
+namespace {
+
+spdlog::level::level_enum level_from_env() {
+  const char* v = std::getenv("COHORT_LOG_LEVEL");
+  if (v == nullptr || *v == '\0') v = std::getenv("LOGLEVEL");
+  if (v == nullptr) return spdlog::level::info;
+  std::string s(v);
+  std::transform(s.begin(), s.end(), s.begin(), ::toupper);
+  if (s == "TRACE") return spdlog::level::trace;
+  if (s == "DEBUG") return spdlog::level::debug;
+  if (s == "INFO") return spdlog::level::info;
+  if (s == "WARNING" || s == "WARN") return spdlog::level::warn;
+  if (s == "ERROR") return spdlog::level::err;
+  if (s == "CRITICAL" || s == "FATAL") return spdlog::level::critical;
+  if (s == "OFF") return spdlog::level::off;
+  return spdlog::level::info;
+}
+
+}  // namespace
+
+std::shared_ptr<spdlog::logger> component_logger(const std::string& component) {
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  if (auto existing = spdlog::get(component)) return existing;
+  auto logger = spdlog::stderr_color_mt(component);
+  logger->set_level(level_from_env());
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%n] [%^%l%$] %v");
+  return logger;
+}
+
+}  // namespace cohort

@@ -1,0 +1,218 @@
+#include "cohort/rdzv/server.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/ip/v6_only.hpp>
+#include <asio/steady_timer.hpp>
+#include <chrono>
+#include <future>
+#include <unordered_map>
+
+#include "cohort/rdzv/error.h"
+#include "cohort/rdzv/logging.h"
+#include "session.h"
+#include "store_state.h"
+
+namespace cohort::rdzv {
+
+using asio::ip::tcp;
+
+class StoreServer::Impl final : public SessionHost,
+                                public StoreListener,
+                                public std::enable_shared_from_this<StoreServer::Impl> {
+ public:
+  Impl(asio::io_context& io, StoreServerOptions options)
+      : io_(io),
+        options_(std::move(options)),
+        log_(component_logger("store")),
+        state_(this, options_.max_waiters),
+        acceptor_(io),
+        retry_timer_(io) {
+    tcp::endpoint ep = resolve(options_.host, options_.port);
+    std::error_code ec;
+    acceptor_.open(ep.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec && ep.address().is_v6()) acceptor_.set_option(asio::ip::v6_only(false), ec);
+    if (!ec) acceptor_.bind(ep, ec);
+    if (!ec) acceptor_.listen(tcp::acceptor::max_listen_connections, ec);
+    if (ec) {
+      throw Error("cannot listen on " + format_address(options_.host, options_.port) + ": " +
+                  ec.message() +
+                  (ec == asio::error::address_in_use ? " (another process holds the port; pick "
+                                                       "another with --port, or 0 for a free one)"
+                                                     : ""));
+    }
+    port_ = acceptor_.local_endpoint().port();
+  }
+
+  void start() { do_accept(); }
+
+  uint16_t port() const { return port_; }
+  std::string address() const { return format_address(options_.host, port_); }
+
+  void stop() {
+    if (stopped_) return;
+    stopped_ = true;
+    std::error_code ignored;
+    acceptor_.close(ignored);
+    retry_timer_.cancel();
+    auto sessions = std::move(sessions_);
+    sessions_.clear();
+    for (auto& [id, s] : sessions) s->stop();
+  }
+
+  StoreServerStats stats() const {
+    StoreServerStats s = stats_;
+    s.connections = sessions_.size();
+    s.parked_waits = state_.parked_waits();
+    s.keys = state_.num_keys();
+    return s;
+  }
+
+  // SessionHost
+  StoreState& state() override { return state_; }
+  const StoreServerOptions& options() const override { return options_; }
+  spdlog::logger& log() override { return *log_; }
+  void on_session_closed(SessionId id, bool for_limit) override {
+    state_.drop_session(id);
+    sessions_.erase(id);
+    if (for_limit) ++stats_.closed_for_limit;
+  }
+
+  // StoreListener
+  void on_wait_satisfied(SessionId id) override {
+    auto it = sessions_.find(id);
+    if (it != sessions_.end()) it->second->wake();
+  }
+  void on_watch_event(SessionId id, std::string_view msg) override {
+    auto it = sessions_.find(id);
+    if (it != sessions_.end()) it->second->deliver(msg);
+  }
+
+ private:
+  static std::string format_address(const std::string& host, uint16_t port) {
+    bool v6 = host.find(':') != std::string::npos;
+    return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  }
+
+  tcp::endpoint resolve(const std::string& host, uint16_t port) {
+    std::error_code ec;
+    auto addr = asio::ip::make_address(host, ec);
+    if (!ec) return {addr, port};
+    tcp::resolver resolver(io_);
+    auto results = resolver.resolve(host, std::to_string(port), ec);
+    if (ec || results.empty()) {
+      throw Error("cannot resolve the listen address '" + host + "': " + ec.message());
+    }
+    return results.begin()->endpoint();
+  }
+
+  void do_accept() {
+    acceptor_.async_accept([self = shared_from_this()](std::error_code ec, tcp::socket socket) {
+      self->on_accept(ec, std::move(socket));
+    });
+  }
+
+  void on_accept(std::error_code ec, tcp::socket socket) {
+    if (stopped_) return;
+    if (ec) {
+      if (ec == asio::error::operation_aborted) return;
+      // Out of descriptors: accepting again at once would spin; retry shortly.
+      log_->warn("accept failed: {}; retrying in 50 ms", ec.message());
+      retry_timer_.expires_after(std::chrono::milliseconds(50));
+      retry_timer_.async_wait([self = shared_from_this()](std::error_code e) {
+        if (!e && !self->stopped_) self->do_accept();
+      });
+      return;
+    }
+    ++stats_.accepted;
+    if (sessions_.size() >= options_.max_connections) {
+      ++stats_.refused;
+      auto now = std::chrono::steady_clock::now();
+      if (now - last_refusal_log_ > std::chrono::seconds(1)) {
+        log_->warn("refusing connections: {} open reaches --max-connections ({}); {} refused so far",
+                   sessions_.size(), options_.max_connections, stats_.refused);
+        last_refusal_log_ = now;
+      }
+      std::error_code ignored;
+      socket.close(ignored);
+      do_accept();
+      return;
+    }
+    std::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    std::string peer;
+    auto ep = socket.remote_endpoint(ignored);
+    peer = ignored ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+    SessionId id = next_id_++;
+    auto session = std::make_shared<Session>(*this, std::move(socket), id, std::move(peer));
+    sessions_.emplace(id, session);
+    session->start();
+    do_accept();
+  }
+
+  asio::io_context& io_;
+  StoreServerOptions options_;
+  std::shared_ptr<spdlog::logger> log_;
+  StoreState state_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer retry_timer_;
+  uint16_t port_ = 0;
+  bool stopped_ = false;
+  SessionId next_id_ = 1;
+  std::unordered_map<SessionId, std::shared_ptr<Session>> sessions_;
+  StoreServerStats stats_;
+  std::chrono::steady_clock::time_point last_refusal_log_{};
+};
+
+StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options)
+    : impl_(std::make_shared<Impl>(io, std::move(options))) {
+  impl_->start();
+}
+
+StoreServer::~StoreServer() { impl_->stop(); }
+
+uint16_t StoreServer::port() const { return impl_->port(); }
+std::string StoreServer::address() const { return impl_->address(); }
+void StoreServer::stop() { impl_->stop(); }
+StoreServerStats StoreServer::stats() const { return impl_->stats(); }
+
+// ---- StoreServerThread ----------------------------------------------------------------------
+
+struct StoreServerThread::Loop {
+  asio::io_context io;
+  std::unique_ptr<StoreServer> server;
+};
+
+StoreServerThread::StoreServerThread(StoreServerOptions options) : loop_(std::make_unique<Loop>()) {
+  loop_->server = std::make_unique<StoreServer>(loop_->io, std::move(options));
+  port_ = loop_->server->port();
+  address_ = loop_->server->address();
+  thread_ = std::thread([loop = loop_.get()] {
+    pthread_setname_np(pthread_self(), "cohort-store");
+    loop->io.run();
+  });
+}
+
+StoreServerThread::~StoreServerThread() {
+  stop();
+  if (thread_.joinable()) thread_.join();
+  loop_->server.reset();
+}
+
+void StoreServerThread::stop() {
+  asio::post(loop_->io, [loop = loop_.get()] { loop->server->stop(); });
+}
+
+StoreServerStats StoreServerThread::stats() const {
+  if (loop_->io.stopped()) return loop_->server->stats();
+  std::promise<StoreServerStats> p;
+  auto f = p.get_future();
+  asio::post(loop_->io, [&] { p.set_value(loop_->server->stats()); });
+  return f.get();
+}
+
+}  // namespace cohort::rdzv

@@ -1,0 +1,82 @@
+// Session: one client connection of the store server.
+//
+// Owns its socket, a read buffer and a write queue with at most one write in flight (Asio's chat
+// example). It decodes requests until the buffer holds only part of one, so a half-sent request
+// just waits for its remaining bytes. While a WAIT is parked, only CANCEL_WAIT is processed; later
+// requests stay buffered until the wait ends, so replies keep request order.
+//
+// Thread safety: loop thread only. Keeps itself alive through shared_from_this in its handlers.
+#pragma once
+
+#include <asio/ip/tcp.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/rdzv/codec.h"
+#include "cohort/rdzv/server.h"
+#include "store_state.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace cohort::rdzv {
+
+// What a session needs from its server.
+class SessionHost {
+ public:
+  virtual ~SessionHost() = default;
+  virtual StoreState& state() = 0;
+  virtual const StoreServerOptions& options() const = 0;
+  virtual spdlog::logger& log() = 0;
+  // The session closed its socket; `for_limit` when a limit or a protocol error caused it.
+  virtual void on_session_closed(SessionId id, bool for_limit) = 0;
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  // `host` must outlive every session.
+  Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, std::string peer);
+
+  void start();
+  // Closes the connection without a log line (server shutdown).
+  void stop();
+  // The parked WAIT is satisfied: send STOP_WAITING and resume buffered requests.
+  void wake();
+  // Sends unsolicited bytes (a 1.13 watch notification).
+  void deliver(std::string_view bytes);
+
+ private:
+  void do_read();
+  void on_read(std::error_code ec, size_t n);
+  // Decodes and executes buffered requests until one is incomplete or a WAIT parks.
+  void process();
+  // Executes one request; false when the connection must close (reason in *why).
+  bool dispatch(const Request& req, std::string* why);
+  void flush();
+  void close(const std::string& reason, bool for_limit);
+  bool backlogged() const;
+
+  SessionHost& host_;
+  asio::ip::tcp::socket socket_;
+  const SessionId id_;
+  const std::string peer_;
+
+  std::vector<uint8_t> in_;
+  size_t begin_ = 0;  // first unconsumed byte of in_
+  size_t end_ = 0;    // end of valid bytes in in_
+  std::string out_;      // replies not yet handed to the socket
+  std::string writing_;  // the buffer of the write in flight
+  bool write_in_flight_ = false;
+  bool read_in_flight_ = false;
+  bool process_posted_ = false;
+
+  bool dialect_known_ = false;
+  Dialect dialect_ = Dialect::kLegacy;
+  bool waiting_ = false;
+  bool closed_ = false;
+  Request req_;
+};
+
+}  // namespace cohort::rdzv

@@ -1,0 +1,109 @@
+// StoreState: the keys, counters, queues, waiters and watchers of one store server.
+//
+// Pure logic: no sockets, no clock. Sessions are named by SessionId; when a write satisfies a
+// parked WAIT or changes a watched key, the state tells its StoreListener, which owns delivery.
+// Semantics are PyTorch's TCPStore's (research/torch_protocol.md §1.3), quirks included.
+//
+// Thread safety: none; the server touches it from its one event-loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace cohort::rdzv {
+
+using SessionId = uint64_t;
+
+class StoreListener {
+ public:
+  virtual ~StoreListener() = default;
+  // Every key `session` waited for now exists: it must be sent STOP_WAITING.
+  virtual void on_wait_satisfied(SessionId session) = 0;
+  // A key `session` watches (1.13 WATCH_KEY) changed; `notification` is the complete wire message.
+  virtual void on_watch_event(SessionId session, std::string_view notification) = 0;
+};
+
+// Heterogeneous lookup, so string_views from the codec need no copies.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <typename V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
+class StoreState {
+ public:
+  // `listener` must outlive the state. `max_waiters` bounds parked WAITs (0 = unbounded).
+  StoreState(StoreListener* listener, size_t max_waiters);
+
+  void set(std::string_view key, std::string_view value);
+  // nullptr when missing.
+  const std::string* get(std::string_view key) const;
+  // False (nothing changed) when the existing value is not a decimal integer (std::stoll rules).
+  bool add(std::string_view key, int64_t delta, int64_t* result);
+  // Returns the value the reply carries (see cohort::Store::compare_set).
+  std::string compare_set(std::string_view key, std::string_view expected,
+                          std::string_view desired);
+  bool check(std::span<const std::string_view> keys) const;
+  bool delete_key(std::string_view key);
+  int64_t num_keys() const { return static_cast<int64_t>(data_.size()); }
+  void append(std::string_view key, std::string_view value);
+
+  enum class WaitResult { kReady, kParked, kTooManyWaiters };
+  // REQUIRES: `session` has no wait parked (a session waits for one thing at a time).
+  WaitResult wait(SessionId session, std::span<const std::string_view> keys);
+  // Forgets the parked wait of `session`; true iff there was one.
+  bool cancel_wait(SessionId session);
+
+  void watch(SessionId session, std::string_view key);
+
+  void queue_push(std::string_view key, std::string_view value);
+  // Pops the front of the queue into *value; returns the length before the pop (0: nothing).
+  int64_t queue_pop(std::string_view key, std::string* value);
+  int64_t queue_len(std::string_view key) const;
+
+  // A session went away: drop its wait and watches.
+  void drop_session(SessionId session);
+
+  size_t parked_waits() const { return waits_.size(); }
+
+  // Visits every key and value (for snapshots).
+  void for_each(const std::function<void(const std::string&, const std::string&)>& fn) const;
+
+ private:
+  struct PendingWait {
+    uint64_t seq;
+    size_t remaining;
+    std::vector<std::string> keys;  // the keys this wait is registered on
+  };
+  struct KeyWaiters {
+    std::vector<std::pair<SessionId, uint64_t>> list;  // (session, wait seq), arrival order
+    size_t stale = 0;  // entries whose wait was cancelled; compacted lazily
+  };
+
+  bool exists(std::string_view key) const;
+  // Counts the write of `key` against the waits parked on it; `only_one` wakes a single waiter
+  // (a queue push feeds one pop).
+  void wake(std::string_view key, bool only_one = false);
+  void notify_watchers(std::string_view key, uint8_t type, std::string_view old_value,
+                       std::string_view new_value);
+  void unregister(SessionId session, const PendingWait& w);
+
+  StoreListener* listener_;
+  size_t max_waiters_;
+  StringMap<std::string> data_;
+  StringMap<std::deque<std::string>> queues_;
+  std::unordered_map<SessionId, PendingWait> waits_;
+  StringMap<KeyWaiters> waiters_by_key_;
+  StringMap<std::vector<SessionId>> watchers_by_key_;
+  std::unordered_map<SessionId, std::vector<std::string>> watched_keys_;
+  uint64_t next_wait_seq_ = 1;
+};
+
+}  // namespace cohort::rdzv

@@ -1,0 +1,58 @@
+// TcpConnection: one blocking-with-deadlines TCP connection to a store server, for TcpStore.
+// Non-blocking socket + poll(), so every read and write honours a deadline. Not thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cohort::detail {
+
+using Clock = std::chrono::steady_clock;
+
+// The peer closed or reset the connection, or a send failed. The stream is unusable.
+class ConnectionLost : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// A deadline passed while waiting for bytes. The stream position is unknown unless the caller
+// knows which reply it is still owed.
+class ReplyTimeout : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class TcpConnection {
+ public:
+  // Connects to host:port, retrying refused, reset and unreachable attempts with exponential
+  // backoff and jitter until `deadline`. Throws std::runtime_error with the last error.
+  static TcpConnection connect(const std::string& host, int port, Clock::time_point deadline);
+
+  TcpConnection(TcpConnection&& other) noexcept;
+  TcpConnection& operator=(TcpConnection&& other) noexcept;
+  ~TcpConnection();
+
+  void send_all(std::string_view bytes, Clock::time_point deadline);
+  uint8_t read_u8(Clock::time_point deadline);
+  uint32_t read_u32(Clock::time_point deadline);
+  int64_t read_i64(Clock::time_point deadline);
+  // A u64-length-prefixed string; lengths above `max` are treated as a broken stream.
+  std::string read_bytes(Clock::time_point deadline, uint64_t max = 1ull << 32);
+
+ private:
+  explicit TcpConnection(int fd) : fd_(fd) {}
+  // Ensures at least n unread bytes are buffered.
+  void fill(size_t n, Clock::time_point deadline);
+
+  int fd_ = -1;
+  std::vector<char> buf_;
+  size_t pos_ = 0;
+};
+
+// Splits "host:port", "[v6]:port" or "v6::addr" forms; strips brackets from the host.
+std::string strip_brackets(const std::string& host);
+
+}  // namespace cohort::detail

@@ -1,0 +1,332 @@
+#include "cohort/rdzv/tcp_store.h"
+
+#include <unistd.h>
+
+#include "cohort/rdzv/codec.h"
+#include "tcp_connection.h"
+
+namespace cohort {
+
+using detail::Clock;
+using detail::ConnectionLost;
+using detail::ReplyTimeout;
+using detail::TcpConnection;
+using rdzv::Op;
+using rdzv::Request;
+
+class TcpStore::Connection {
+ public:
+  explicit Connection(TcpConnection c) : conn(std::move(c)) {}
+  TcpConnection conn;
+};
+
+namespace {
+
+rdzv::Dialect wire_dialect(StoreDialect d) {
+  return d == StoreDialect::kTorch113 ? rdzv::Dialect::kLegacy : rdzv::Dialect::kCurrent;
+}
+
+std::string join_keys(std::span<const std::string> keys) {
+  std::string s;
+  for (const auto& k : keys) {
+    if (!s.empty()) s += ", ";
+    s += "'" + k + "'";
+  }
+  return s;
+}
+
+// Builds the wire bytes of one request.
+class RequestBuilder {
+ public:
+  explicit RequestBuilder(rdzv::Dialect d) : dialect_(d) {}
+  RequestBuilder& op(Op op) {
+    req_.clear();
+    req_.op = op;
+    return *this;
+  }
+  RequestBuilder& key(std::string_view k) {
+    req_.keys.push_back(k);
+    return *this;
+  }
+  RequestBuilder& keys(std::span<const std::string> ks) {
+    for (const auto& k : ks) req_.keys.push_back(k);
+    return *this;
+  }
+  RequestBuilder& value(std::string_view v) {
+    req_.values.push_back(v);
+    return *this;
+  }
+  RequestBuilder& delta(int64_t d) {
+    req_.delta = d;
+    return *this;
+  }
+  RequestBuilder& u32(uint32_t v) {
+    req_.u32 = v;
+    return *this;
+  }
+  // Appends the request to `out`.
+  void into(std::string* out) { rdzv::encode_request(dialect_, req_, out); }
+  std::string bytes() {
+    std::string out;
+    into(&out);
+    return out;
+  }
+
+ private:
+  rdzv::Dialect dialect_;
+  Request req_;
+};
+
+}  // namespace
+
+TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
+  std::string host = detail::strip_brackets(options_.host);
+  address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+             std::to_string(options_.port);
+  std::lock_guard lock(mu_);
+  reconnect_locked();
+}
+
+TcpStore::~TcpStore() = default;
+
+void TcpStore::reconnect_locked() {
+  conn_.reset();
+  auto deadline = Clock::now() + options_.connect_timeout;
+  try {
+    auto c = TcpConnection::connect(detail::strip_brackets(options_.host), options_.port, deadline);
+    auto conn = std::make_unique<Connection>(std::move(c));
+    if (options_.dialect == StoreDialect::kCurrent) {
+      RequestBuilder b(rdzv::Dialect::kCurrent);
+      std::string hello;
+      b.op(Op::kValidate).u32(rdzv::kValidationMagic).into(&hello);
+      uint32_t nonce = static_cast<uint32_t>(::getpid());
+      b.op(Op::kPing).u32(nonce).into(&hello);
+      auto hs_deadline = std::max(deadline, Clock::now() + std::chrono::seconds(10));
+      conn->conn.send_all(hello, hs_deadline);
+      if (conn->conn.read_u32(hs_deadline) != nonce) {
+        throw std::runtime_error("the server answered PING with a different nonce");
+      }
+    }
+    conn_ = std::move(conn);
+  } catch (const std::exception& e) {
+    throw StoreError("cannot connect to the store at " + address_ + " within " +
+                         std::to_string(options_.connect_timeout.count()) + " ms: " + e.what() +
+                         (options_.dialect == StoreDialect::kCurrent
+                              ? " (a PyTorch 1.13/2.0 server needs StoreDialect::kTorch113)"
+                              : ""),
+                     "", address_);
+  }
+}
+
+template <typename Fn>
+auto TcpStore::call(bool idempotent, std::string_view op, std::string_view key, Fn&& fn) {
+  std::lock_guard lock(mu_);
+  for (int attempt = 0;; ++attempt) {
+    try {
+      if (!conn_) reconnect_locked();
+      return fn(*conn_, Clock::now() + options_.timeout);
+    } catch (const ConnectionLost& e) {
+      conn_.reset();
+      if (!idempotent || attempt >= 1) {
+        throw StoreError(std::string(op) + " failed: the connection to " + address_ +
+                             " was lost (" + e.what() + ")" +
+                             (idempotent ? "" : "; whether it took effect is unknown"),
+                         std::string(key), address_);
+      }
+    } catch (const ReplyTimeout&) {
+      conn_.reset();  // the reply may still come; this stream can no longer be trusted
+      throw StoreTimeoutError(std::string(op) + " of '" + std::string(key) + "' got no reply from " +
+                                  address_ + " within " + std::to_string(options_.timeout.count()) +
+                                  " ms",
+                              std::string(key), address_);
+    }
+  }
+}
+
+std::string TcpStore::describe() const { return "tcp://" + address_; }
+
+std::chrono::milliseconds TcpStore::timeout() const {
+  std::lock_guard lock(mu_);
+  return options_.timeout;
+}
+
+void TcpStore::set_timeout(std::chrono::milliseconds timeout) {
+  std::lock_guard lock(mu_);
+  options_.timeout = timeout;
+}
+
+void TcpStore::set(std::string_view key, std::string_view value) {
+  call(true, "set", key, [&](Connection& c, Clock::time_point deadline) {
+    c.conn.send_all(RequestBuilder(wire_dialect(options_.dialect)).op(Op::kSet).key(key).value(value).bytes(),
+                    deadline);
+  });
+}
+
+std::string TcpStore::get(std::string_view key) {
+  std::string k(key);
+  return call(true, "get", key, [&](Connection& c, Clock::time_point deadline) {
+    wait_locked(c, std::span<const std::string>(&k, 1), options_.timeout);
+    c.conn.send_all(RequestBuilder(wire_dialect(options_.dialect)).op(Op::kGet).key(key).bytes(),
+                    deadline);
+    return c.conn.read_bytes(deadline);
+  });
+}
+
+int64_t TcpStore::add(std::string_view key, int64_t delta) {
+  return call(false, "add", key, [&](Connection& c, Clock::time_point deadline) {
+    c.conn.send_all(
+        RequestBuilder(wire_dialect(options_.dialect)).op(Op::kAdd).key(key).delta(delta).bytes(),
+        deadline);
+    return c.conn.read_i64(deadline);
+  });
+}
+
+std::string TcpStore::compare_set(std::string_view key, std::string_view expected,
+                                  std::string_view desired) {
+  return call(false, "compare_set", key, [&](Connection& c, Clock::time_point deadline) {
+    c.conn.send_all(RequestBuilder(wire_dialect(options_.dialect))
+                        .op(Op::kCompareSet)
+                        .key(key)
+                        .value(expected)
+                        .value(desired)
+                        .bytes(),
+                    deadline);
+    return c.conn.read_bytes(deadline);
+  });
+}
+
+bool TcpStore::check(std::span<const std::string> keys) {
+  return call(true, "check", keys.empty() ? "" : keys[0],
+              [&](Connection& c, Clock::time_point deadline) {
+                c.conn.send_all(
+                    RequestBuilder(wire_dialect(options_.dialect)).op(Op::kCheck).keys(keys).bytes(),
+                    deadline);
+                return c.conn.read_u8(deadline) == rdzv::kCheckReady;
+              });
+}
+
+void TcpStore::wait_locked(Connection& c, std::span<const std::string> keys,
+                           std::chrono::milliseconds timeout) {
+  auto d = wire_dialect(options_.dialect);
+  c.conn.send_all(RequestBuilder(d).op(Op::kWait).keys(keys).bytes(),
+                  Clock::now() + std::chrono::seconds(30));
+  try {
+    uint8_t r = c.conn.read_u8(Clock::now() + timeout);
+    if (r != rdzv::kStopWaiting) throw ConnectionLost("unexpected WAIT reply " + std::to_string(r));
+    return;
+  } catch (const ReplyTimeout&) {
+  }
+  bool satisfied_late = false;
+  if (d == rdzv::Dialect::kCurrent) {
+    // Cancel, then drain: a STOP_WAITING may already be on its way ahead of WAIT_CANCELED.
+    try {
+      auto cancel_deadline = Clock::now() + std::chrono::seconds(10);
+      c.conn.send_all(RequestBuilder(d).op(Op::kCancelWait).bytes(), cancel_deadline);
+      for (;;) {
+        uint8_t r = c.conn.read_u8(cancel_deadline);
+        if (r == rdzv::kWaitCanceled) break;
+        if (r == rdzv::kStopWaiting) {
+          satisfied_late = true;
+          continue;
+        }
+        throw ConnectionLost("unexpected reply to CANCEL_WAIT");
+      }
+    } catch (const ReplyTimeout&) {
+      conn_.reset();
+    }
+  } else {
+    // PyTorch 1.13 cannot cancel a wait: its late reply would be read as the answer to a later
+    // request, so this connection ends here and the next call reconnects.
+    conn_.reset();
+  }
+  if (satisfied_late) return;
+  throw StoreTimeoutError("wait timed out after " + std::to_string(timeout.count()) +
+                              " ms on " + address_ + "; keys not all set: " + join_keys(keys),
+                          keys.empty() ? "" : keys[0], address_);
+}
+
+void TcpStore::wait(std::span<const std::string> keys, std::chrono::milliseconds timeout) {
+  call(true, "wait", keys.empty() ? "" : keys[0], [&](Connection& c, Clock::time_point) {
+    wait_locked(c, keys, timeout);
+  });
+}
+
+bool TcpStore::delete_key(std::string_view key) {
+  return call(true, "delete_key", key, [&](Connection& c, Clock::time_point deadline) {
+    c.conn.send_all(
+        RequestBuilder(wire_dialect(options_.dialect)).op(Op::kDeleteKey).key(key).bytes(),
+        deadline);
+    return c.conn.read_i64(deadline) == 1;
+  });
+}
+
+int64_t TcpStore::num_keys() {
+  return call(true, "num_keys", "", [&](Connection& c, Clock::time_point deadline) {
+    c.conn.send_all(RequestBuilder(wire_dialect(options_.dialect)).op(Op::kGetNumKeys).bytes(),
+                    deadline);
+    return c.conn.read_i64(deadline);
+  });
+}
+
+std::vector<std::string> TcpStore::multi_get(std::span<const std::string> keys) {
+  return call(true, "multi_get", keys.empty() ? "" : keys[0],
+              [&](Connection& c, Clock::time_point deadline) {
+                std::vector<std::string> out;
+                if (keys.empty()) return out;
+                wait_locked(c, keys, options_.timeout);
+                auto d = wire_dialect(options_.dialect);
+                RequestBuilder b(d);
+                std::string bytes;
+                if (d == rdzv::Dialect::kCurrent) {
+                  b.op(Op::kMultiGet).keys(keys).into(&bytes);
+                } else {
+                  for (const auto& k : keys) b.op(Op::kGet).key(k).into(&bytes);  // pipelined
+                }
+                c.conn.send_all(bytes, deadline);
+                out.reserve(keys.size());
+                for (size_t i = 0; i < keys.size(); ++i) out.push_back(c.conn.read_bytes(deadline));
+                return out;
+              });
+}
+
+void TcpStore::multi_set(std::span<const std::string> keys, std::span<const std::string> values) {
+  if (keys.size() != values.size()) {
+    throw StoreError("multi_set needs as many values as keys", keys.empty() ? "" : keys[0],
+                     address_);
+  }
+  call(true, "multi_set", keys.empty() ? "" : keys[0],
+       [&](Connection& c, Clock::time_point deadline) {
+         if (keys.empty()) return;
+         auto d = wire_dialect(options_.dialect);
+         RequestBuilder b(d);
+         std::string bytes;
+         if (d == rdzv::Dialect::kCurrent) {
+           b.op(Op::kMultiSet).keys(keys);
+           for (const auto& v : values) b.value(v);
+           b.into(&bytes);
+         } else {
+           for (size_t i = 0; i < keys.size(); ++i) b.op(Op::kSet).key(keys[i]).value(values[i]).into(&bytes);
+         }
+         c.conn.send_all(bytes, deadline);
+       });
+}
+
+void TcpStore::append(std::string_view key, std::string_view value) {
+  if (options_.dialect == StoreDialect::kCurrent) {
+    call(false, "append", key, [&](Connection& c, Clock::time_point deadline) {
+      c.conn.send_all(
+          RequestBuilder(rdzv::Dialect::kCurrent).op(Op::kAppend).key(key).value(value).bytes(),
+          deadline);
+    });
+    return;
+  }
+  // PyTorch 1.13 has no APPEND: read, then compare_set until nobody wrote in between.
+  std::string k(key);
+  for (;;) {
+    std::string current = check(std::span<const std::string>(&k, 1)) ? get(key) : std::string();
+    std::string desired = current + std::string(value);
+    if (compare_set(key, current, desired) == desired) return;
+  }
+}
+
+}  // namespace cohort

@@ -1,0 +1,109 @@
+"""PyTorch 1.13's own TCPStore client against cohortd: every operation the client has, the four
+COMPARE_SET cases, waits (ready, late, timeout), PrefixStore, and a 2-process gloo job whose store
+is cohortd. Usage: torch_client_vs_cohortd.py COHORTD_BINARY"""
+import datetime
+import os
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+import torch
+import torch.distributed as dist
+
+from cohort_testlib import Cohortd, env_with
+
+COHORTD = sys.argv.pop(1) if len(sys.argv) > 1 else "build/bin/cohortd"
+
+
+def client(port, timeout=5.0):
+    return dist.TCPStore("127.0.0.1", port, None, False, datetime.timedelta(seconds=timeout))
+
+
+class TorchClientAgainstCohortd(unittest.TestCase):
+    def setUp(self):
+        self.server = Cohortd(COHORTD)
+        self.addCleanup(self.server.stop)
+
+    def test_set_get_add_delete_num_keys(self):
+        s = client(self.server.port)
+        s.set("k", "v1")
+        self.assertEqual(s.get("k"), b"v1")
+        self.assertEqual(s.add("cnt", 5), 5)
+        self.assertEqual(s.add("cnt", -2), 3)
+        self.assertEqual(s.get("cnt"), b"3")
+        self.assertEqual(s.num_keys(), 2)
+        self.assertTrue(s.delete_key("k"))
+        self.assertFalse(s.delete_key("k"))
+        self.assertEqual(s.num_keys(), 1)
+
+    def test_compare_set_all_four_cases(self):
+        s = client(self.server.port)
+        s.set("k", "v1")
+        self.assertEqual(s.compare_set("k", "v1", "v2"), b"v2")
+        self.assertEqual(s.compare_set("k", "zz", "v3"), b"v2")
+        self.assertEqual(s.compare_set("nokey", "exp", "des"), b"exp")
+        self.assertEqual(s.compare_set("nokey2", "", "des"), b"des")
+        self.assertEqual(s.get("nokey2"), b"des")
+
+    def test_wait_ready_late_and_timeout(self):
+        s = client(self.server.port)
+        s.set("ready", "1")
+        s.wait(["ready"])
+        setter = client(self.server.port)
+        delay = 0.3
+
+        def set_later():
+            time.sleep(delay)  # the waiter below parks on the key meanwhile
+            setter.set("late", "x")
+
+        t = threading.Thread(target=set_later)
+        start = time.monotonic()
+        t.start()
+        s.wait(["late"], datetime.timedelta(seconds=5))
+        self.assertGreaterEqual(time.monotonic() - start, delay * 0.9)
+        t.join()
+        self.assertEqual(s.get("late"), b"x")
+        other = client(self.server.port, timeout=1.0)
+        start = time.monotonic()
+        with self.assertRaises(RuntimeError) as cm:
+            other.wait(["never"], datetime.timedelta(seconds=1))
+        self.assertIn("Timeout", str(cm.exception))
+        self.assertLess(time.monotonic() - start, 4.0)
+
+    def test_world_size_counts_init_key(self):
+        # With world_size given, every 1.13 client ADDs "init/"; GETNUMKEYS counts it.
+        s = dist.TCPStore("127.0.0.1", self.server.port, 1, False, datetime.timedelta(seconds=5))
+        s.set("a", "1")
+        self.assertEqual(s.num_keys(), 2)  # "init/" and "/a"
+
+    def test_prefix_store(self):
+        s = client(self.server.port)
+        p = dist.PrefixStore("/worker/attempt_0", s)
+        p.set("x", "1")
+        self.assertEqual(p.get("x"), b"1")
+        self.assertEqual(s.get("/worker/attempt_0/x"), b"1")
+        self.assertEqual(p.add("n", 2), 2)
+
+    def test_two_process_gloo_allreduce_through_cohortd(self):
+        worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gloo_worker.py")
+        procs = []
+        for rank in range(2):
+            env = env_with(MASTER_ADDR="127.0.0.1", MASTER_PORT=self.server.port, RANK=rank,
+                           WORLD_SIZE=2, TORCHELASTIC_USE_AGENT_STORE="True",
+                           TORCHELASTIC_RESTART_COUNT=0, OMP_NUM_THREADS=1)
+            procs.append(subprocess.Popen([sys.executable, worker], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True))
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+        for p, out in zip(procs, outs):
+            self.assertEqual(p.returncode, 0, out)
+            self.assertIn("allreduce ok", out)
+        # The workers rendezvoused through cohortd: their keys are there.
+        s = client(self.server.port)
+        self.assertGreaterEqual(s.num_keys(), 4)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,188 @@
+// cohort::TcpStore against cohortd's server, in both dialects.
+#include "cohort/rdzv/tcp_store.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "cohort/rdzv/prefix_store.h"
+#include "cohort/rdzv/server.h"
+
+namespace cohort {
+namespace {
+
+using namespace std::chrono_literals;
+
+class TcpStoreTest : public ::testing::TestWithParam<StoreDialect> {
+ protected:
+  TcpStoreTest() : server_(options()) {}
+  static rdzv::StoreServerOptions options() {
+    rdzv::StoreServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    return o;
+  }
+  std::unique_ptr<TcpStore> client(std::chrono::milliseconds timeout = 5s) {
+    TcpStoreOptions o;
+    o.port = server_.port();
+    o.dialect = GetParam();
+    o.timeout = timeout;
+    o.connect_timeout = 5s;
+    return std::make_unique<TcpStore>(o);
+  }
+  rdzv::StoreServerThread server_;
+};
+
+TEST_P(TcpStoreTest, SetGetAddCompareSet) {
+  auto s = client();
+  s->set("k", "v1");
+  EXPECT_EQ(s->get("k"), "v1");
+  EXPECT_EQ(s->add("n", 5), 5);
+  EXPECT_EQ(s->add("n", -2), 3);
+  EXPECT_EQ(s->get("n"), "3");
+  EXPECT_EQ(s->compare_set("k", "v1", "v2"), "v2");
+  EXPECT_EQ(s->compare_set("k", "zz", "v3"), "v2");
+  EXPECT_EQ(s->compare_set("nokey", "exp", "des"), "exp");
+  EXPECT_EQ(s->compare_set("nokey2", "", "des"), "des");
+  EXPECT_EQ(s->num_keys(), 3);
+  EXPECT_TRUE(s->delete_key("k"));
+  EXPECT_FALSE(s->delete_key("k"));
+  std::vector<std::string> keys{"n", "nokey2"};
+  EXPECT_TRUE(s->check(keys));
+  keys.push_back("k");
+  EXPECT_FALSE(s->check(keys));
+}
+
+TEST_P(TcpStoreTest, BinaryValuesSurvive) {
+  auto s = client();
+  std::string blob(70000, '\0');
+  for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>(i * 7);
+  s->set("blob", blob);
+  EXPECT_EQ(s->get("blob"), blob);
+}
+
+TEST_P(TcpStoreTest, GetWaitsForALateSet) {
+  auto reader = client();
+  auto writer = client();
+  auto got = std::async(std::launch::async, [&] { return reader->get("late"); });
+  EXPECT_EQ(got.wait_for(100ms), std::future_status::timeout);
+  writer->set("late", "here");
+  EXPECT_EQ(got.get(), "here");
+}
+
+TEST_P(TcpStoreTest, WaitTimesOutWithTheKeysNamedAndTheConnectionStaysUsable) {
+  auto s = client(300ms);
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> keys{"never"};
+  try {
+    s->wait(keys, 200ms);
+    FAIL() << "wait returned";
+  } catch (const StoreTimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("'never'"), std::string::npos) << e.what();
+    EXPECT_EQ(e.key(), "never");
+  }
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(elapsed, 200ms);
+  EXPECT_LT(elapsed, 3s);
+  // The server forgot the wait (cancelled, or the 1.13 connection was closed).
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (server_.stats().parked_waits != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(2ms);
+  EXPECT_EQ(server_.stats().parked_waits, 0u);
+  s->set("never", "now");
+  EXPECT_EQ(s->get("never"), "now");
+  EXPECT_EQ(s->add("x", 1), 1);
+}
+
+TEST_P(TcpStoreTest, MultiGetMultiSetAppend) {
+  auto s = client();
+  std::vector<std::string> keys{"a", "b", "c"}, values{"1", "22", ""};
+  s->multi_set(keys, values);
+  EXPECT_EQ(s->multi_get(keys), values);
+  s->append("log", "ab");
+  s->append("log", "cd");
+  EXPECT_EQ(s->get("log"), "abcd");
+}
+
+TEST_P(TcpStoreTest, PrefixStoreNamespacesKeys) {
+  auto s = client();
+  PrefixStore p("/worker/attempt_0", *s);
+  p.set("x", "1");
+  EXPECT_EQ(s->get("/worker/attempt_0/x"), "1");
+  EXPECT_EQ(p.get("x"), "1");
+  PrefixStore nested("inner", p);
+  nested.add("c", 2);
+  EXPECT_EQ(s->get("/worker/attempt_0/inner/c"), "2");
+}
+
+TEST_P(TcpStoreTest, ConcurrentUseFromManyThreads) {
+  auto s = client();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) s->add("shared", 1);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(s->get("shared"), "1600");
+}
+
+TEST_P(TcpStoreTest, ReconnectsAfterTheConnectionIsLost) {
+  auto s = client();
+  s->set("k", "v");
+  // A request the server rejects closes the connection; the next idempotent call reconnects.
+  EXPECT_THROW(s->add("k", 1), StoreError);  // "v" is not a number
+  EXPECT_EQ(s->get("k"), "v");
+}
+
+INSTANTIATE_TEST_SUITE_P(BothDialects, TcpStoreTest,
+                         ::testing::Values(StoreDialect::kCurrent, StoreDialect::kTorch113),
+                         [](const auto& info) {
+                           return info.param == StoreDialect::kCurrent ? "Current" : "Torch113";
+                         });
+
+TEST(TcpStoreConnect, RetriesUntilTheServerAppears) {
+  // Reserve a free port, release it, start the server there only after the client began.
+  int port;
+  {
+    rdzv::StoreServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    rdzv::StoreServerThread probe(o);
+    port = probe.port();
+  }
+  std::unique_ptr<rdzv::StoreServerThread> server;
+  auto connecting = std::async(std::launch::async, [&] {
+    TcpStoreOptions o;
+    o.port = port;
+    o.connect_timeout = 10s;
+    return std::make_unique<TcpStore>(o);
+  });
+  EXPECT_EQ(connecting.wait_for(150ms), std::future_status::timeout);
+  rdzv::StoreServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = static_cast<uint16_t>(port);
+  server = std::make_unique<rdzv::StoreServerThread>(o);
+  auto store = connecting.get();
+  store->set("k", "v");
+  EXPECT_EQ(store->get("k"), "v");
+}
+
+TEST(TcpStoreConnect, GivesUpAtTheDeadlineNamingTheAddress) {
+  TcpStoreOptions o;
+  o.host = "127.0.0.1";
+  o.port = 1;  // nothing listens on port 1
+  o.connect_timeout = 300ms;
+  auto start = std::chrono::steady_clock::now();
+  try {
+    TcpStore s(o);
+    FAIL();
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("refused"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+}
+
+}  // namespace
+}  // namespace cohort
