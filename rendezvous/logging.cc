@@ -10,11 +10,10 @@
 namespace cohort {
 namespace {
 
-spdlog::level::level_enum level_from_env() {
+spdlog::level::level_enum level_from_env(const std::string& default_level) {
   const char* v = std::getenv("COHORT_LOG_LEVEL");
   if (v == nullptr || *v == '\0') v = std::getenv("LOGLEVEL");
-  if (v == nullptr) return spdlog::level::info;
-  std::string s(v);
+  std::string s(v != nullptr && *v != '\0' ? v : default_level.c_str());
   std::transform(s.begin(), s.end(), s.begin(), ::toupper);
   if (s == "TRACE") return spdlog::level::trace;
   if (s == "DEBUG") return spdlog::level::debug;
@@ -28,12 +27,13 @@ spdlog::level::level_enum level_from_env() {
 
 }  // namespace
 
-std::shared_ptr<spdlog::logger> component_logger(const std::string& component) {
+std::shared_ptr<spdlog::logger> component_logger(const std::string& component,
+                                                 const std::string& default_level) {
   static std::mutex mu;
   std::lock_guard lock(mu);
   if (auto existing = spdlog::get(component)) return existing;
   auto logger = spdlog::stderr_color_mt(component);
-  logger->set_level(level_from_env());
+  logger->set_level(level_from_env(default_level));
   logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%n] [%^%l%$] %v");
   return logger;
 }

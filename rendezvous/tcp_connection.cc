@@ -73,7 +73,8 @@ std::string strip_brackets(const std::string& host) {
 }
 
 TcpConnection TcpConnection::connect(const std::string& host_in, int port,
-                                     Clock::time_point deadline) {
+                                     Clock::time_point deadline,
+                                     const std::atomic<bool>* abandon) {
   std::string host = strip_brackets(host_in);
   std::string last_error = "no attempt made";
   auto backoff = std::chrono::milliseconds(10);
@@ -104,7 +105,12 @@ TcpConnection TcpConnection::connect(const std::string& host_in, int port,
     auto jittered = std::chrono::milliseconds(
         std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count() * 3 / 2)(rng));
     auto wake = std::min(deadline, Clock::now() + jittered);
-    std::this_thread::sleep_until(wake);
+    // Sleep in short slices so that an abandoning owner is heard promptly.
+    while (Clock::now() < wake) {
+      if (abandon != nullptr && abandon->load()) throw std::runtime_error("connect abandoned");
+      std::this_thread::sleep_until(std::min(wake, Clock::now() + std::chrono::milliseconds(20)));
+    }
+    if (abandon != nullptr && abandon->load()) throw std::runtime_error("connect abandoned");
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
   throw std::runtime_error(last_error);

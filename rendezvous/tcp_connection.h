@@ -2,6 +2,7 @@
 // Non-blocking socket + poll(), so every read and write honours a deadline. Not thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <stdexcept>
@@ -29,12 +30,15 @@ class TcpConnection {
  public:
   // Connects to host:port, retrying refused, reset and unreachable attempts with exponential
   // backoff and jitter until `deadline`. Throws std::runtime_error with the last error.
-  static TcpConnection connect(const std::string& host, int port, Clock::time_point deadline);
+  // Stops early (like a timeout) once *abandon is true.
+  static TcpConnection connect(const std::string& host, int port, Clock::time_point deadline,
+                               const std::atomic<bool>* abandon = nullptr);
 
   TcpConnection(TcpConnection&& other) noexcept;
   TcpConnection& operator=(TcpConnection&& other) noexcept;
   ~TcpConnection();
 
+  int fd() const { return fd_; }
   void send_all(std::string_view bytes, Clock::time_point deadline);
   uint8_t read_u8(Clock::time_point deadline);
   uint32_t read_u32(Clock::time_point deadline);

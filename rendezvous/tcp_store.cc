@@ -1,5 +1,6 @@
 #include "cohort/rdzv/tcp_store.h"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cohort/rdzv/codec.h"
@@ -89,11 +90,24 @@ TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
 
 TcpStore::~TcpStore() = default;
 
-void TcpStore::reconnect_locked() {
+void TcpStore::interrupt() {
+  std::lock_guard lock(fd_mu_);
+  ++interrupts_;
+  if (live_fd_ >= 0) ::shutdown(live_fd_, SHUT_RDWR);
+}
+
+void TcpStore::drop_connection_locked() {
+  std::lock_guard lock(fd_mu_);
+  live_fd_ = -1;
   conn_.reset();
+}
+
+void TcpStore::reconnect_locked() {
+  drop_connection_locked();
   auto deadline = Clock::now() + options_.connect_timeout;
   try {
-    auto c = TcpConnection::connect(detail::strip_brackets(options_.host), options_.port, deadline);
+    auto c = TcpConnection::connect(detail::strip_brackets(options_.host), options_.port, deadline,
+                                    options_.abandon);
     auto conn = std::make_unique<Connection>(std::move(c));
     if (options_.dialect == StoreDialect::kCurrent) {
       RequestBuilder b(rdzv::Dialect::kCurrent);
@@ -107,7 +121,9 @@ void TcpStore::reconnect_locked() {
         throw std::runtime_error("the server answered PING with a different nonce");
       }
     }
+    std::lock_guard fd_lock(fd_mu_);
     conn_ = std::move(conn);
+    live_fd_ = conn_->conn.fd();
   } catch (const std::exception& e) {
     throw StoreError("cannot connect to the store at " + address_ + " within " +
                          std::to_string(options_.connect_timeout.count()) + " ms: " + e.what() +
@@ -121,12 +137,16 @@ void TcpStore::reconnect_locked() {
 template <typename Fn>
 auto TcpStore::call(bool idempotent, std::string_view op, std::string_view key, Fn&& fn) {
   std::lock_guard lock(mu_);
+  const uint64_t interrupts_at_start = interrupts_.load();
   for (int attempt = 0;; ++attempt) {
     try {
       if (!conn_) reconnect_locked();
       return fn(*conn_, Clock::now() + options_.timeout);
     } catch (const ConnectionLost& e) {
-      conn_.reset();
+      drop_connection_locked();
+      if (interrupts_.load() != interrupts_at_start) {
+        throw StoreError(std::string(op) + " interrupted", std::string(key), address_);
+      }
       if (!idempotent || attempt >= 1) {
         throw StoreError(std::string(op) + " failed: the connection to " + address_ +
                              " was lost (" + e.what() + ")" +
@@ -134,7 +154,7 @@ auto TcpStore::call(bool idempotent, std::string_view op, std::string_view key, 
                          std::string(key), address_);
       }
     } catch (const ReplyTimeout&) {
-      conn_.reset();  // the reply may still come; this stream can no longer be trusted
+      drop_connection_locked();  // the reply may still come; this stream can no longer be trusted
       throw StoreTimeoutError(std::string(op) + " of '" + std::string(key) + "' got no reply from " +
                                   address_ + " within " + std::to_string(options_.timeout.count()) +
                                   " ms",
@@ -232,12 +252,12 @@ void TcpStore::wait_locked(Connection& c, std::span<const std::string> keys,
         throw ConnectionLost("unexpected reply to CANCEL_WAIT");
       }
     } catch (const ReplyTimeout&) {
-      conn_.reset();
+      drop_connection_locked();
     }
   } else {
     // PyTorch 1.13 cannot cancel a wait: its late reply would be read as the answer to a later
     // request, so this connection ends here and the next call reconnects.
-    conn_.reset();
+    drop_connection_locked();
   }
   if (satisfied_late) return;
   throw StoreTimeoutError("wait timed out after " + std::to_string(timeout.count()) +

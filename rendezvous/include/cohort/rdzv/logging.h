@@ -12,7 +12,9 @@ class logger;
 
 namespace cohort {
 
-// Returns the logger named `component`, creating it on first use.
-std::shared_ptr<spdlog::logger> component_logger(const std::string& component);
+// Returns the logger named `component`, creating it on first use. `default_level` ("info",
+// "warning", ...) applies when neither LOGLEVEL nor COHORT_LOG_LEVEL is set.
+std::shared_ptr<spdlog::logger> component_logger(const std::string& component,
+                                                 const std::string& default_level = "info");
 
 }  // namespace cohort

@@ -17,6 +17,7 @@
 // Thread safety: safe for concurrent use; requests are serialised on one connection.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -34,6 +35,9 @@ struct TcpStoreOptions {
   StoreDialect dialect = StoreDialect::kCurrent;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};         // get/wait deadline
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};  // total connect deadline
+  // When set and true, connecting stops retrying (checked between attempts); lets an owner shut
+  // down while a connect is still waiting for the server to appear. Must outlive the store.
+  const std::atomic<bool>* abandon = nullptr;
 };
 
 class TcpStore final : public Store {
@@ -65,11 +69,17 @@ class TcpStore final : public Store {
   // "host:port" of the server.
   const std::string& address() const { return address_; }
 
+  // Makes a call blocked in another thread (a long wait) fail promptly with StoreError, by
+  // shutting the connection down; the next call reconnects. Safe from any thread.
+  void interrupt();
+
  private:
   class Connection;
 
   // Connects and, in the current dialect, sends VALIDATE + PING. REQUIRES: mu_ held.
   void reconnect_locked();
+  // REQUIRES: mu_ held.
+  void drop_connection_locked();
   // Runs fn(connection, deadline) under mu_, reconnecting first when needed; a lost connection is
   // retried once when `idempotent`. Turns transport failures into StoreError/StoreTimeoutError.
   template <typename Fn>
@@ -82,6 +92,9 @@ class TcpStore final : public Store {
   std::string address_;
   mutable std::mutex mu_;
   std::unique_ptr<Connection> conn_;  // guarded by mu_; null after a failure until reconnected
+  std::mutex fd_mu_;                  // taken while conn_ changes and by interrupt()
+  int live_fd_ = -1;                  // conn_'s socket, guarded by fd_mu_
+  std::atomic<uint64_t> interrupts_{0};
 };
 
 }  // namespace cohort

@@ -1,0 +1,169 @@
+#include "agent.h"
+
+#include <algorithm>
+#include <csignal>
+
+namespace cohort::launch {
+
+Agent::Agent(AgentOptions options) : options_(options) {}
+
+std::vector<Action> Agent::start() {
+  phase_ = Phase::kRendezvous;
+  return {action::Rendezvous{attempt_}};
+}
+
+std::vector<Action> Agent::on_rendezvous_done(const RankAssignment& assignment) {
+  std::vector<Action> out;
+  if (phase_ != Phase::kRendezvous || assignment.attempt != attempt_) return out;
+  workers_.assign(static_cast<size_t>(assignment.local_world_size), WorkerState::kRunning);
+  failures_.clear();
+  outcome_.reset();
+  stop_reason_ = StopReason::kNone;
+  published_failure_ = false;
+  phase_ = Phase::kRunning;
+  out.push_back(action::StartWorkers{assignment});
+  return out;
+}
+
+bool Agent::all_workers_gone() const {
+  return std::none_of(workers_.begin(), workers_.end(),
+                      [](WorkerState s) { return s == WorkerState::kRunning; });
+}
+
+void Agent::begin_stop(StopReason reason, int sig, std::vector<Action>* out) {
+  phase_ = Phase::kStopping;
+  stop_reason_ = reason;
+  if (!all_workers_gone()) out->push_back(action::StopWorkers{sig, options_.term_timeout});
+}
+
+std::vector<Action> Agent::on_worker_exited(int local_rank, std::optional<WorkerFailure> failure) {
+  std::vector<Action> out;
+  if (local_rank < 0 || static_cast<size_t>(local_rank) >= workers_.size()) return out;
+  WorkerState& w = workers_[static_cast<size_t>(local_rank)];
+  if (w != WorkerState::kRunning) return out;
+  switch (phase_) {
+    case Phase::kRunning:
+      if (!failure) {
+        w = WorkerState::kSucceeded;
+        if (all_workers_gone()) {
+          phase_ = Phase::kAwaitingOutcome;
+          out.push_back(action::PublishSuccess{attempt_});
+          advance(&out);  // the outcome may already be known
+        }
+        return out;
+      }
+      w = WorkerState::kFailed;
+      failures_.push_back(*failure);
+      published_failure_ = true;
+      out.push_back(action::PublishFailure{attempt_, failures_});
+      begin_stop(StopReason::kLocalFailure, SIGTERM, &out);
+      advance(&out);
+      return out;
+    case Phase::kStopping:
+      // Exits after the stop decision are its consequences, not new failures.
+      w = WorkerState::kGone;
+      advance(&out);
+      return out;
+    default:
+      w = WorkerState::kGone;
+      return out;
+  }
+}
+
+std::vector<Action> Agent::on_worker_hung(int local_rank, WorkerFailure failure) {
+  std::vector<Action> out;
+  if (phase_ != Phase::kRunning) return out;
+  if (local_rank < 0 || static_cast<size_t>(local_rank) >= workers_.size()) return out;
+  if (workers_[static_cast<size_t>(local_rank)] != WorkerState::kRunning) return out;
+  failures_.push_back(std::move(failure));
+  published_failure_ = true;
+  out.push_back(action::PublishFailure{attempt_, failures_});
+  begin_stop(StopReason::kLocalFailure, SIGTERM, &out);
+  return out;
+}
+
+std::vector<Action> Agent::on_outcome(int attempt, const Outcome& outcome) {
+  std::vector<Action> out;
+  if (attempt != attempt_ || outcome_) return out;
+  outcome_ = outcome;
+  switch (phase_) {
+    case Phase::kRunning:
+      if (outcome.kind != Outcome::kSucceeded) begin_stop(StopReason::kRemote, SIGTERM, &out);
+      // A success decided while our workers still run cannot happen: we have not counted.
+      break;
+    case Phase::kRendezvous:
+      // The job was aborted or failed elsewhere before our workers started.
+      if (outcome.kind == Outcome::kAborted) finish(1, true, &out);
+      return out;
+    default:
+      break;
+  }
+  advance(&out);
+  return out;
+}
+
+std::vector<Action> Agent::on_signal(int sig) {
+  std::vector<Action> out;
+  if (phase_ == Phase::kDone) return out;
+  if (signal_ != 0) {
+    // A second signal while stopping: no more grace.
+    if (phase_ == Phase::kStopping) out.push_back(action::KillWorkers{});
+    return out;
+  }
+  signal_ = sig;
+  out.push_back(action::PublishAbort{attempt_, signal_name(sig) + " received"});
+  switch (phase_) {
+    case Phase::kRunning:
+      begin_stop(StopReason::kSignal, sig, &out);
+      advance(&out);
+      break;
+    case Phase::kStopping:
+      stop_reason_ = StopReason::kSignal;
+      advance(&out);
+      break;
+    default:
+      finish(128 + sig, true, &out);
+      break;
+  }
+  return out;
+}
+
+std::vector<Action> Agent::on_stop_deadline() {
+  std::vector<Action> out;
+  if (phase_ == Phase::kStopping && !all_workers_gone()) out.push_back(action::KillWorkers{});
+  return out;
+}
+
+void Agent::finish(int code, bool failed, std::vector<Action>* out) {
+  phase_ = Phase::kDone;
+  out->push_back(action::Finish{code, failed, outcome_, failures_});
+}
+
+void Agent::advance(std::vector<Action>* out) {
+  if (phase_ == Phase::kStopping) {
+    if (!all_workers_gone()) return;
+    if (stop_reason_ == StopReason::kSignal) {
+      finish(128 + signal_, true, out);
+      return;
+    }
+    if (!outcome_) return;  // our failure report is on its way to the store
+  } else if (phase_ == Phase::kAwaitingOutcome) {
+    if (!outcome_) return;
+    if (outcome_->kind == Outcome::kSucceeded) {
+      finish(0, false, out);
+      return;
+    }
+  } else {
+    return;
+  }
+  // The attempt failed (here or elsewhere) or was aborted elsewhere.
+  if (outcome_->kind == Outcome::kFailed && attempt_ < options_.max_restarts) {
+    ++attempt_;
+    phase_ = Phase::kRendezvous;
+    out->push_back(action::Rendezvous{attempt_});
+    return;
+  }
+  finish(1, true, out);
+}
+
+}  // namespace cohort::launch

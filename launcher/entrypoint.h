@@ -1,0 +1,23 @@
+// What each worker runs: the argv built from the entry point, torchrun's way.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cohort/launch/launch_config.h"
+
+namespace cohort::launch {
+
+struct WorkerCommand {
+  std::vector<std::string> argv;
+  std::string title;  // the entry point's name, for the failure summary ("train.py FAILED")
+};
+
+// A `.py` script runs as `$PYTHON_EXEC -u script args` (PYTHON_EXEC defaults to python3); -m
+// runs `python -u -m module args`; --no-python, or an entry point that is an executable file
+// (a path, or a name found on PATH) and not a .py, runs directly.
+WorkerCommand build_worker_command(const LaunchConfig& config,
+                                   const std::map<std::string, std::string>& env);
+
+}  // namespace cohort::launch

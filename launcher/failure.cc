@@ -1,0 +1,127 @@
+#include "failure.h"
+
+#include <csignal>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace cohort::launch {
+namespace {
+
+using nlohmann::json;
+
+json failure_json(const WorkerFailure& f) {
+  return json{{"node_rank", f.node_rank}, {"local_rank", f.local_rank},
+              {"global_rank", f.global_rank}, {"host", f.host},
+              {"pid", f.pid}, {"exit_code", f.exit_code},
+              {"timestamp", f.timestamp}, {"reason", f.reason},
+              {"error_file", f.error_file}, {"message", f.message},
+              {"traceback", f.traceback}};
+}
+
+WorkerFailure failure_from(const json& j) {
+  WorkerFailure f;
+  f.node_rank = j.at("node_rank").get<int>();
+  f.local_rank = j.at("local_rank").get<int>();
+  f.global_rank = j.at("global_rank").get<int>();
+  f.host = j.value("host", "");
+  f.pid = j.value("pid", 0);
+  f.exit_code = j.value("exit_code", 0);
+  f.timestamp = j.value("timestamp", 0.0);
+  f.reason = j.value("reason", "");
+  f.error_file = j.value("error_file", "");
+  f.message = j.value("message", "");
+  f.traceback = j.value("traceback", "");
+  return f;
+}
+
+struct SignalEntry {
+  int number;
+  const char* name;
+};
+constexpr SignalEntry kSignals[] = {
+    {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+    {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+    {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+    {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGCHLD, "SIGCHLD"},
+    {SIGCONT, "SIGCONT"}, {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"}, {SIGXCPU, "SIGXCPU"},
+    {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},
+};
+
+}  // namespace
+
+std::string to_json(const WorkerFailure& f) { return failure_json(f).dump(); }
+
+std::string to_json(const std::vector<WorkerFailure>& fs) {
+  json a = json::array();
+  for (const auto& f : fs) a.push_back(failure_json(f));
+  return a.dump();
+}
+
+std::string to_json(const Outcome& o) {
+  static const char* kinds[] = {"succeeded", "failed", "aborted"};
+  json j{{"kind", kinds[o.kind]}, {"node_rank", o.node_rank}, {"detail", o.detail}};
+  if (o.first_failure) j["first_failure"] = failure_json(*o.first_failure);
+  return j.dump();
+}
+
+WorkerFailure failure_from_json(const std::string& text) {
+  try {
+    return failure_from(json::parse(text));
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("malformed failure record: ") + e.what());
+  }
+}
+
+std::vector<WorkerFailure> failures_from_json(const std::string& text) {
+  try {
+    std::vector<WorkerFailure> out;
+    for (const auto& j : json::parse(text)) out.push_back(failure_from(j));
+    return out;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("malformed failure list: ") + e.what());
+  }
+}
+
+Outcome outcome_from_json(const std::string& text) {
+  try {
+    json j = json::parse(text);
+    Outcome o;
+    std::string kind = j.at("kind").get<std::string>();
+    if (kind == "succeeded") o.kind = Outcome::kSucceeded;
+    else if (kind == "failed") o.kind = Outcome::kFailed;
+    else if (kind == "aborted") o.kind = Outcome::kAborted;
+    else throw std::runtime_error("unknown kind '" + kind + "'");
+    o.node_rank = j.value("node_rank", 0);
+    o.detail = j.value("detail", "");
+    if (j.contains("first_failure")) o.first_failure = failure_from(j["first_failure"]);
+    return o;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("malformed outcome record: ") + e.what());
+  }
+}
+
+std::string signal_name(int sig) {
+  for (const auto& s : kSignals)
+    if (s.number == sig) return s.name;
+  return "SIG" + std::to_string(sig);
+}
+
+int signal_number(const std::string& text) {
+  std::string name = text;
+  while (!name.empty() && name.front() == ' ') name.erase(name.begin());
+  while (!name.empty() && name.back() == ' ') name.pop_back();
+  if (!name.empty() && std::isdigit(static_cast<unsigned char>(name[0]))) {
+    try {
+      return std::stoi(name);
+    } catch (const std::exception&) {
+      return 0;
+    }
+  }
+  if (name.rfind("SIG", 0) != 0) name = "SIG" + name;
+  for (const auto& s : kSignals)
+    if (name == s.name) return s.number;
+  return 0;
+}
+
+}  // namespace cohort::launch

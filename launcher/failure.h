@@ -1,0 +1,46 @@
+// Worker failures and attempt outcomes: what agents publish in the store and what the failure
+// summary prints.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cohort::launch {
+
+struct WorkerFailure {
+  int node_rank = 0;
+  int local_rank = 0;
+  int global_rank = 0;
+  std::string host;
+  int pid = 0;
+  int exit_code = 0;     // torchrun's convention: -N when killed by signal N
+  double timestamp = 0;  // wall clock, seconds since the epoch; orders failures
+  std::string reason;    // "exited with code 3", "killed by SIGSEGV", "hung: no heartbeat for 5 s"
+  std::string error_file;  // the worker's error file when it wrote one, else ""
+  std::string message;     // from the error file, else the reason
+  std::string traceback;   // from the error file, else the tail of the worker's stderr
+};
+
+struct Outcome {
+  enum Kind { kSucceeded, kFailed, kAborted };
+  Kind kind = kSucceeded;
+  int node_rank = 0;   // the node that decided it
+  std::string detail;  // kAborted: why ("SIGTERM received on node 1")
+  std::optional<WorkerFailure> first_failure;  // kFailed: the deciding node's earliest failure
+};
+
+std::string to_json(const WorkerFailure& f);
+std::string to_json(const std::vector<WorkerFailure>& fs);
+std::string to_json(const Outcome& o);
+// These throw std::runtime_error on malformed input.
+WorkerFailure failure_from_json(const std::string& text);
+std::vector<WorkerFailure> failures_from_json(const std::string& text);
+Outcome outcome_from_json(const std::string& text);
+
+// "SIGSEGV" for 11; "SIG<n>" for unknown numbers.
+std::string signal_name(int sig);
+// Parses "SIGTERM", "TERM" or "15"; returns 0 when unknown.
+int signal_number(const std::string& name);
+
+}  // namespace cohort::launch

@@ -1,0 +1,65 @@
+#include "failure_report.h"
+
+#include <algorithm>
+#include <ctime>
+#include <sstream>
+
+namespace cohort::launch {
+namespace {
+
+std::string format_time(double ts) {
+  std::time_t t = static_cast<std::time_t>(ts);
+  std::tm tm{};
+  ::localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d_%H:%M:%S", &tm);
+  return buf;
+}
+
+// Indents every line after the first by `indent` spaces.
+std::string indent_lines(const std::string& text, size_t indent) {
+  std::string out;
+  for (char c : text) {
+    out.push_back(c);
+    if (c == '\n') out.append(indent, ' ');
+  }
+  return out;
+}
+
+void block(std::ostringstream& os, size_t i, const WorkerFailure& f) {
+  os << "[" << i << "]:\n";
+  os << "  time      : " << format_time(f.timestamp) << "\n";
+  os << "  host      : " << f.host << "\n";
+  os << "  rank      : " << f.global_rank << " (local_rank: " << f.local_rank << ")\n";
+  os << "  exitcode  : " << f.exit_code << " (pid: " << f.pid << ")\n";
+  os << "  reason    : " << f.reason << "\n";
+  os << "  error_file: " << (f.error_file.empty() ? "<N/A>" : f.error_file) << "\n";
+  std::string trace = f.traceback.empty() ? f.message : f.traceback;
+  if (!f.traceback.empty() && !f.message.empty() && f.message != f.reason &&
+      f.traceback.find(f.message) == std::string::npos)
+    trace += "\n" + f.message;
+  os << "  traceback : " << indent_lines(trace.empty() ? "<N/A>" : trace, 2) << "\n";
+}
+
+}  // namespace
+
+std::string format_failure_report(const std::string& title, std::vector<WorkerFailure> failures) {
+  std::stable_sort(failures.begin(), failures.end(),
+                   [](const WorkerFailure& a, const WorkerFailure& b) {
+                     return a.timestamp < b.timestamp;
+                   });
+  const std::string eq(60, '='), dash(60, '-');
+  std::ostringstream os;
+  os << eq << "\n" << title << " FAILED\n" << dash << "\nFailures:\n";
+  if (failures.size() == 1) {
+    os << "  <NO_OTHER_FAILURES>\n";
+  } else {
+    for (size_t i = 1; i < failures.size(); ++i) block(os, i, failures[i]);
+  }
+  os << dash << "\nRoot Cause (first observed failure):\n";
+  block(os, 0, failures.front());
+  os << eq << "\n";
+  return os.str();
+}
+
+}  // namespace cohort::launch

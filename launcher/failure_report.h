@@ -1,0 +1,33 @@
+// The failure summary, in torchrun's layout (research/torch_protocol.md §3.5):
+//
+//   ============================================================
+//   train.py FAILED
+//   ------------------------------------------------------------
+//   Failures:
+//     <NO_OTHER_FAILURES>
+//   ------------------------------------------------------------
+//   Root Cause (first observed failure):
+//   [0]:
+//     time      : 2026-11-30_03:13:26
+//     host      : node1
+//     rank      : 1 (local_rank: 1)
+//     exitcode  : -11 (pid: 20113)
+//     reason    : killed by SIGSEGV
+//     error_file: <N/A>
+//     traceback : <the worker's error file, or the last lines of its stderr>
+//   ============================================================
+//
+// The root cause is the earliest failure across the job.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "failure.h"
+
+namespace cohort::launch {
+
+// REQUIRES: !failures.empty().
+std::string format_failure_report(const std::string& title, std::vector<WorkerFailure> failures);
+
+}  // namespace cohort::launch

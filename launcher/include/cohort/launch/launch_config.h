@@ -1,0 +1,69 @@
+// cohort::launch::LaunchConfig: everything cohortrun was told, after defaults and PET_* variables.
+// Field names follow torchrun's flags; see cli.h for the command line that fills it.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace cohort::launch {
+
+// Which standard streams of a worker go to files, for -r/--redirects and -t/--tee.
+enum Streams : int { kNone = 0, kStdout = 1, kStderr = 2, kBoth = 3 };
+
+// "N" (every local rank) or "lr:N,lr:N" (per local rank), as torchrun's Std.
+struct StreamSpec {
+  int all = kNone;                  // used for local ranks not listed below
+  std::map<int, int> per_rank;      // local rank -> Streams
+  int for_rank(int local_rank) const {
+    auto it = per_rank.find(local_rank);
+    return it == per_rank.end() ? all : it->second;
+  }
+};
+
+struct LaunchConfig {
+  // ---- the job --------------------------------------------------------------------------------
+  int min_nodes = 1;  // --nnodes N or MIN:MAX
+  int max_nodes = 1;
+  std::string nproc_per_node = "1";  // N, cpu, gpu or auto; resolved by the launcher
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool master_port_given = false;  // single-node jobs pick a free port unless told one
+  bool standalone = false;
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::string rdzv_conf;  // k=v,k=v
+  int max_restarts = 0;
+  double monitor_interval = 0.1;  // accepted for compatibility; cohortrun is event-driven
+  std::string start_method = "spawn";
+  std::string role = "default";
+  std::string local_addr;
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+
+  // ---- the entry point ------------------------------------------------------------------------
+  bool module = false;     // -m: run the entry point as `python -m`
+  bool no_python = false;  // run the entry point directly
+  bool run_path = false;
+  std::string training_script;
+  std::vector<std::string> training_script_args;
+
+  // ---- output ---------------------------------------------------------------------------------
+  std::string log_dir;  // empty: a fresh directory under $TMPDIR
+  StreamSpec redirects;
+  StreamSpec tee;
+  std::optional<std::set<int>> local_ranks_filter;  // console output only from these
+
+  // ---- cohort's own -----------------------------------------------------------------------------
+  std::chrono::milliseconds term_timeout{std::chrono::seconds(30)};  // SIGTERM -> SIGKILL
+  std::chrono::milliseconds worker_hang_timeout{0};                  // 0: off
+  std::chrono::milliseconds rdzv_timeout{std::chrono::seconds(900)};
+  std::chrono::milliseconds exit_barrier_timeout{std::chrono::seconds(30)};
+  bool sweep_orphans = true;
+};
+
+}  // namespace cohort::launch

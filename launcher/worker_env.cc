@@ -1,0 +1,42 @@
+#include "worker_env.h"
+
+namespace cohort::launch {
+
+std::vector<std::string> build_worker_env(const std::map<std::string, std::string>& base,
+                                          const WorkerEnvInputs& in) {
+  std::map<std::string, std::string> env = base;
+  const RankAssignment& a = *in.assignment;
+  const LaunchConfig& c = *in.config;
+  const int rank = a.base_rank + in.local_rank;
+  auto set = [&](const char* k, const std::string& v) { env[k] = v; };
+  auto num = [](int v) { return std::to_string(v); };
+  set("LOCAL_RANK", num(in.local_rank));
+  set("RANK", num(rank));
+  set("GROUP_RANK", num(a.node_rank));
+  set("ROLE_RANK", num(rank));
+  set("ROLE_NAME", c.role);
+  set("LOCAL_WORLD_SIZE", num(a.local_world_size));
+  set("WORLD_SIZE", num(a.world_size));
+  set("GROUP_WORLD_SIZE", num(a.nnodes));
+  set("ROLE_WORLD_SIZE", num(a.world_size));
+  set("MASTER_ADDR", in.master_addr);
+  set("MASTER_PORT", num(in.master_port));
+  set("TORCHELASTIC_RESTART_COUNT", num(a.attempt));
+  set("TORCHELASTIC_MAX_RESTARTS", num(c.max_restarts));
+  set("TORCHELASTIC_RUN_ID", in.run_id);
+  set("TORCHELASTIC_USE_AGENT_STORE", "True");
+  set("TORCHELASTIC_ERROR_FILE", in.error_file);
+  // torchrun: os.getenv(..., "1") for both spellings.
+  env.try_emplace("NCCL_ASYNC_ERROR_HANDLING", "1");
+  env.try_emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (in.omp_num_threads) set("OMP_NUM_THREADS", num(*in.omp_num_threads));
+  set("COHORT_AGENT_ID", in.agent_id);
+  set("COHORT_NODE_RANK", num(a.node_rank));
+  set("COHORT_NNODES", num(a.nnodes));
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+}  // namespace cohort::launch

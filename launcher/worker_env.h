@@ -1,0 +1,31 @@
+// The environment each worker gets: torchrun's variables, exactly (names and value formats,
+// research/torch_protocol.md §3.2), on top of cohortrun's own environment; extras are COHORT_*.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cohort/launch/launch_config.h"
+#include "static_rendezvous.h"
+
+namespace cohort::launch {
+
+struct WorkerEnvInputs {
+  const LaunchConfig* config = nullptr;
+  const RankAssignment* assignment = nullptr;
+  int local_rank = 0;
+  std::string master_addr;
+  int master_port = 0;
+  std::string run_id;
+  std::string error_file;
+  std::optional<int> omp_num_threads;  // set when cohortrun decides the value
+  std::string agent_id;                // COHORT_AGENT_ID
+};
+
+// "KEY=VALUE" entries: `base` with the worker's variables set over it.
+std::vector<std::string> build_worker_env(const std::map<std::string, std::string>& base,
+                                          const WorkerEnvInputs& in);
+
+}  // namespace cohort::launch
