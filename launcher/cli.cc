@@ -218,6 +218,10 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
     return {2, "cohortrun: no entry point given. Usage: cohortrun [options] train.py [args...] "
                "(or -m module, or --no-python program)"};
   }
+  if (rest.front().size() > 1 && rest.front()[0] == '-') {
+    return {2, "cohortrun: unknown flag '" + rest.front() +
+                   "' before the entry point. Run with --help for the flags."};
+  }
   c->training_script = rest.front();
   c->training_script_args.assign(rest.begin() + 1, rest.end());
   return {-1, {}};

@@ -1,0 +1,110 @@
+// cohortrun with real PyTorch 1.13: the same worker environment as torchrun, a DDP script, and a
+// two-node gloo job whose store is the embedded cohortd.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <regex>
+
+#include "launcher_fixture.h"
+
+namespace cohort::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kInterop = COHORT_SOURCE_DIR "/tests/interop/";
+
+TEST_F(LauncherTest, WorkerEnvironmentMatchesTorchrun) {
+  // Debian's torchrun 1.13 crashes on Python 3.11 without explicit -r/-t values (see
+  // research/torch_protocol.md §3.1), hence -r 1 -t 1.
+  std::string torch_dir = dir_ + "/torchrun", ours_dir = dir_ + "/cohortrun";
+  std::filesystem::create_directories(torch_dir);
+  std::filesystem::create_directories(ours_dir);
+  auto t = run({"/usr/bin/torchrun", "--nproc_per_node", "2", "--no_python", "-r", "1", "-t", "1",
+                TEST_WORKER_BIN, "--out", torch_dir},
+               {}, 120s);
+  ASSERT_EQ(t.exit_code(), 0) << t.err;
+  auto c = run(cohortrun({"--nproc_per_node", "2", "--no_python", "-r", "1", "-t", "1"},
+                         {TEST_WORKER_BIN, "--out", ours_dir}));
+  ASSERT_EQ(c.exit_code(), 0) << c.err;
+
+  auto load = [](const std::string& path) {
+    std::map<std::string, std::string> env;
+    std::ifstream f(path);
+    std::string line;
+    while (std::getline(f, line)) {
+      auto eq = line.find('=');
+      if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    return env;
+  };
+  std::map<std::string, std::string> parent;
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    parent[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    auto te = load(torch_dir + "/" + std::to_string(rank) + ".attempt0.env");
+    auto ce = load(ours_dir + "/" + std::to_string(rank) + ".attempt0.env");
+    ASSERT_FALSE(te.empty());
+    int compared = 0;
+    for (const auto& [k, v] : te) {
+      if (k == "_" || (parent.contains(k) && parent[k] == v)) continue;  // inherited, or shell's
+      ++compared;
+      ASSERT_TRUE(ce.contains(k)) << "cohortrun does not set " << k;
+      if (k == "MASTER_PORT") {
+        EXPECT_TRUE(std::regex_match(ce[k], std::regex("[0-9]+")));
+      } else if (k == "TORCHELASTIC_ERROR_FILE") {
+        EXPECT_TRUE(std::regex_search(
+            ce[k], std::regex("/none_[a-z0-9_]+/attempt_0/" + std::to_string(rank) + "/error.json$")))
+            << ce[k];
+      } else if (k == "OMP_NUM_THREADS" && std::thread::hardware_concurrency() != 2) {
+        // torchrun's blanket 1 against cohortrun's cores / workers: equal only on 2 cores.
+      } else {
+        EXPECT_EQ(ce[k], v) << k;
+      }
+    }
+    EXPECT_GE(compared, 18) << "torchrun set fewer variables than expected";
+    for (const auto& [k, v] : ce) {
+      if (te.contains(k) || (parent.contains(k) && parent[k] == v)) continue;
+      EXPECT_TRUE(k.rfind("COHORT_", 0) == 0 || k == "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+          << "cohortrun adds " << k;
+    }
+  }
+}
+
+TEST_F(LauncherTest, PyTorchDdpScriptRunsUnchanged) {
+  auto r = run(cohortrun({"--nproc-per-node", "2"}, {kInterop + "ddp_features.py"}), {}, 180s);
+  ASSERT_EQ(r.exit_code(), 0) << r.out << r.err;
+  EXPECT_EQ(count_of(r.out, ": ddp ok"), 2u) << r.out;
+}
+
+TEST_F(LauncherTest, TwoStaticNodesRunAGlooJob) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  std::string port = std::to_string(ntohs(a.sin_port));
+  auto node = [&](int rank) {
+    return cohortrun({"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node",
+                      "1", "--master-addr", "127.0.0.1", "--master-port", port},
+                     {kInterop + "gloo_worker.py"});
+  };
+  std::vector<std::string> env{"PYTHON_EXEC=" COHORT_TORCH_PYTHON};
+  Subprocess n0(node(0), env), n1(node(1), env);
+  auto s0 = n0.wait(180s), s1 = n1.wait(180s);
+  ASSERT_TRUE(s0 && s1);
+  std::string out0 = n0.read_all_stdout(1s), out1 = n1.read_all_stdout(1s);
+  EXPECT_EQ(WEXITSTATUS(*s0), 0) << n0.read_all_stderr(1s);
+  EXPECT_EQ(WEXITSTATUS(*s1), 0) << n1.read_all_stderr(1s);
+  EXPECT_NE(out0.find("rank 0/2: allreduce ok"), std::string::npos) << out0;
+  EXPECT_NE(out1.find("rank 1/2: allreduce ok"), std::string::npos) << out1;
+}
+
+}  // namespace
+}  // namespace cohort::testing

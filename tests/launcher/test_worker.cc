@@ -1,0 +1,148 @@
+// cohort_test_worker: a worker with scripted behaviour for the launcher tests.
+//
+//   --out DIR            write DIR/<rank>.attempt<a>.{env,pid} (environment; own pid and children)
+//   --exit-code N        exit with N ...
+//   --signal NAME        ... or die of this signal (SEGV, ABRT, KILL, ...) ...
+//   --on-rank R          ... only on global rank R (default: every rank)
+//   --until-attempt A    ... only while TORCHELASTIC_RESTART_COUNT < A (default: always)
+//   --stderr TEXT        print TEXT on stderr before failing
+//   --error-file MSG     write $TORCHELASTIC_ERROR_FILE (torchrun format) with MSG before failing
+//   --grandchild         start a child process that sleeps (tests whole-tree cleanup)
+//   --lines N            print N numbered lines to stdout and to stderr
+//   --sleep S            sleep S seconds before finishing (0 = exit at once)
+//   --beat N             send N heartbeats (120 ms apart)
+//   --hang               then stop beating and sleep forever (subject to --on-rank/--until-attempt)
+//   --trap-term          on SIGTERM write DIR/<rank>.term and exit 0
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <string>
+#include <thread>
+
+extern char** environ;
+
+namespace {
+
+std::string g_out;
+int g_rank = 0;
+int g_attempt = 0;
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+std::string path(const std::string& what) {
+  return g_out + "/" + std::to_string(g_rank) + ".attempt" + std::to_string(g_attempt) + "." + what;
+}
+
+void on_term(int) {
+  if (!g_out.empty()) {
+    std::string p = g_out + "/" + std::to_string(g_rank) + ".term";
+    int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) ::close(fd);
+  }
+  ::_exit(0);
+}
+
+int signal_from_name(const std::string& n) {
+  if (n == "SEGV") return SIGSEGV;
+  if (n == "ABRT") return SIGABRT;
+  if (n == "KILL") return SIGKILL;
+  if (n == "TERM") return SIGTERM;
+  if (n == "BUS") return SIGBUS;
+  if (n == "FPE") return SIGFPE;
+  return std::atoi(n.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int exit_code = 0, on_rank = -1, until_attempt = 1 << 30, lines = 0, beats = 0;
+  double sleep_s = 0;
+  std::string sig, stderr_text, error_msg;
+  bool grandchild = false, hang = false, trap_term = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--out") g_out = next();
+    else if (a == "--exit-code") exit_code = std::atoi(next().c_str());
+    else if (a == "--signal") sig = next();
+    else if (a == "--on-rank") on_rank = std::atoi(next().c_str());
+    else if (a == "--until-attempt") until_attempt = std::atoi(next().c_str());
+    else if (a == "--stderr") stderr_text = next();
+    else if (a == "--error-file") error_msg = next();
+    else if (a == "--grandchild") grandchild = true;
+    else if (a == "--lines") lines = std::atoi(next().c_str());
+    else if (a == "--sleep") sleep_s = std::atof(next().c_str());
+    else if (a == "--beat") beats = std::atoi(next().c_str());
+    else if (a == "--hang") hang = true;
+    else if (a == "--trap-term") trap_term = true;
+    else {
+      std::fprintf(stderr, "cohort_test_worker: unknown argument %s\n", a.c_str());
+      return 64;
+    }
+  }
+  g_rank = env_int("RANK", 0);
+  g_attempt = env_int("TORCHELASTIC_RESTART_COUNT", 0);
+  if (trap_term) ::signal(SIGTERM, on_term);
+
+  std::string pids = std::to_string(::getpid()) + "\n";
+  if (grandchild) {
+    pid_t c = ::fork();
+    if (c == 0) {
+      ::execlp("sleep", "sleep", "300", nullptr);
+      ::_exit(127);
+    }
+    pids += std::to_string(c) + "\n";
+  }
+  if (!g_out.empty()) {
+    std::ofstream env(path("env"));
+    for (char** e = environ; *e; ++e) env << *e << "\n";
+    std::ofstream(path("pid")) << pids;
+  }
+  for (int i = 0; i < lines; ++i) {
+    std::printf("out line %d\n", i);
+    std::fprintf(stderr, "err line %d\n", i);
+  }
+  std::fflush(stdout);
+
+  int hb = env_int("COHORT_HEARTBEAT_FD", -1);
+  for (int i = 0; i < beats && hb >= 0; ++i) {
+    (void)!::write(hb, "b", 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  }
+  bool fail_here = (on_rank < 0 || on_rank == g_rank) && g_attempt < until_attempt;
+  if (hang && fail_here) {
+    for (;;) ::pause();
+  }
+  if (fail_here && (exit_code != 0 || !sig.empty())) {
+    if (!stderr_text.empty()) std::fprintf(stderr, "%s\n", stderr_text.c_str());
+    if (!error_msg.empty()) {
+      const char* ef = std::getenv("TORCHELASTIC_ERROR_FILE");
+      if (ef != nullptr) {
+        std::ofstream f(ef);
+        f << "{\"message\": {\"message\": \"RuntimeError: " << error_msg
+          << "\", \"extraInfo\": {\"py_callstack\": \"Traceback (most recent call last):\\n  "
+             "File \\\"train.py\\\", line 7\\nRuntimeError: "
+          << error_msg << "\", \"timestamp\": \"" << std::time(nullptr) << "\"}}}";
+      }
+    }
+    std::fflush(stderr);
+    if (!sig.empty()) {
+      int s = signal_from_name(sig);
+      ::signal(s, SIG_DFL);
+      ::raise(s);
+    }
+    return exit_code;
+  }
+  if (sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s));
+  return 0;
+}
