@@ -186,3 +186,28 @@ TEST(TcpStoreConnect, GivesUpAtTheDeadlineNamingTheAddress) {
 
 }  // namespace
 }  // namespace cohort
+
+namespace cohort {
+namespace {
+
+TEST(TcpStoreInterrupt, WakesABlockedWaitAndTheStoreStaysUsable) {
+  rdzv::StoreServerOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  rdzv::StoreServerThread server(so);
+  TcpStoreOptions o;
+  o.port = server.port();
+  TcpStore s(o);
+  auto waiting = std::async(std::launch::async, [&] {
+    std::vector<std::string> keys{"never"};
+    s.wait(keys, std::chrono::hours(1));
+  });
+  while (server.stats().parked_waits == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  s.interrupt();
+  EXPECT_THROW(waiting.get(), StoreError);
+  s.set("k", "v");
+  EXPECT_EQ(s.get("k"), "v");
+}
+
+}  // namespace
+}  // namespace cohort
