@@ -118,10 +118,14 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
   auto names = [](const std::string& flag, const std::string& short_name) {
     return short_name.empty() ? both_spellings(flag) : short_name + "," + both_spellings(flag);
   };
+  std::vector<std::pair<std::string, CLI::Option*>> options;
   auto opt = [&](const std::string& flag, std::string* target, const std::string& help,
                  const std::string& short_name = "") {
+    if (env.contains(pet_name(flag))) c->given.insert(flag);
     pet(flag, target);
-    return app.add_option(names(flag, short_name), *target, help);
+    CLI::Option* o = app.add_option(names(flag, short_name), *target, help);
+    options.emplace_back(flag, o);
+    return o;
   };
   auto flag = [&](const std::string& name, bool* target, const std::string& help,
                   const std::string& short_name = "") {
@@ -168,6 +172,9 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
       "Seconds without a heartbeat after which a worker that has beaten counts as hung (0: off)");
   opt("--exit-barrier-timeout", &exit_barrier_timeout,
       "Seconds node 0 keeps the store up for the other nodes to read the outcome (default 30)");
+  flag("--slurm", &c->slurm,
+       "Inside a Slurm allocation: nodes, node rank, master address and port, run id and workers "
+       "per node from SLURM_* (flags given explicitly still win); same as --nnodes slurm");
   bool no_sweep = false;
   app.add_flag("--no-orphan-sweep", no_sweep,
                "Do not kill leftovers of earlier cohortrun processes that died by SIGKILL");
@@ -180,7 +187,13 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
     return {2, std::string("cohortrun: ") + e.what() + "\nRun with --help for the flags."};
   }
 
+  for (const auto& [name, o] : options)
+    if (o->count() > 0) c->given.insert(name);
   try {
+    if (nnodes == "slurm") {
+      c->slurm = true;
+      nnodes = "1";
+    }
     parse_nnodes(nnodes, c);
     c->node_rank = std::stoi(node_rank);
     c->max_restarts = std::stoi(max_restarts);

@@ -28,6 +28,7 @@
 #include "output.h"
 #include "process_spawner.h"
 #include "reaper.h"
+#include "slurm_mode.h"
 #include "store_bridge.h"
 #include "worker_env.h"
 
@@ -116,6 +117,7 @@ class Launcher::Impl {
   void shut_down(int code);
   void fatal(const std::string& message);
   void arm_signals();
+  void wait_for_signal();
   std::function<void(std::exception_ptr)> fail_on_error(const std::string& what);
 
   LaunchConfig cfg_;
@@ -148,6 +150,14 @@ class Launcher::Impl {
 };
 
 std::optional<int> Launcher::Impl::prepare() {
+  if (cfg_.slurm) {
+    std::vector<std::string> notes;
+    if (std::string err = apply_slurm(&cfg_, env_, &notes); !err.empty()) {
+      std::fprintf(stderr, "cohortrun: %s\n", err.c_str());
+      return 2;
+    }
+    for (const auto& n : notes) log_->info("{}", n);
+  }
   try {
     nproc_ = resolve_nproc_per_node(cfg_.nproc_per_node, env_);
   } catch (const std::invalid_argument& e) {
@@ -253,13 +263,21 @@ void Launcher::Impl::arm_signals() {
     std::error_code ec;
     signals_.add(sig, ec);
   }
+  wait_for_signal();
+}
+
+void Launcher::Impl::wait_for_signal() {
   signals_.async_wait([this](std::error_code ec, int sig) {
-    if (ec) return;
-    if (!finished_) {
+    if (ec || finished_) return;
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+      // A notice (Slurm's preemption warning, a checkpoint request): pass it on, keep running.
+      log_->warn("received {}: forwarding it to the workers", signal_name(sig));
+      signal_workers(sig);
+    } else {
       log_->warn("received {}: stopping the workers", signal_name(sig));
       handle(agent_.on_signal(sig));
     }
-    if (!finished_) arm_signals();
+    wait_for_signal();
   });
 }
 

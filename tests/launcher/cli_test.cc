@@ -5,6 +5,7 @@
 
 #include "entrypoint.h"
 #include "node_resources.h"
+#include "slurm_mode.h"
 
 namespace cohort::launch {
 namespace {
@@ -142,6 +143,49 @@ TEST(NodeResources, NprocPerNode) {
   std::map<std::string, std::string> two{{"CUDA_VISIBLE_DEVICES", "0,3"}};
   EXPECT_EQ(resolve_nproc_per_node("gpu", two), 2);
   EXPECT_EQ(resolve_nproc_per_node("auto", two), 2);
+}
+
+TEST(SlurmMode, DerivesTheJobShapeFromAStep) {
+  auto p = parse({"--slurm", "train.py"});
+  ASSERT_EQ(p.result.exit_code, -1) << p.result.message;
+  ASSERT_TRUE(p.config.slurm);
+  std::map<std::string, std::string> env{
+      {"SLURM_JOB_ID", "1234"},        {"SLURM_STEP_ID", "0"},
+      {"SLURM_NODEID", "1"},           {"SLURM_STEP_NODELIST", "localhost,n2"},
+      {"SLURM_STEP_NUM_NODES", "2"},   {"SLURM_GPUS_ON_NODE", "4"},
+      {"SLURM_NTASKS_PER_NODE", "1"}};
+  std::vector<std::string> notes;
+  ASSERT_EQ(apply_slurm(&p.config, env, &notes), "");
+  EXPECT_EQ(p.config.max_nodes, 2);
+  EXPECT_EQ(p.config.node_rank, 1);
+  EXPECT_EQ(p.config.master_addr, "127.0.0.1");  // "localhost", resolved
+  EXPECT_EQ(p.config.master_port, 21234);
+  EXPECT_EQ(p.config.rdzv_id, "slurm-1234-0");
+  EXPECT_EQ(p.config.nproc_per_node, "4");  // GPUs first
+  EXPECT_NE(p.config.signals_to_handle.find("SIGUSR1"), std::string::npos);
+  EXPECT_TRUE(validate(p.config).empty()) << validate(p.config);
+}
+
+TEST(SlurmMode, ExplicitFlagsWinAndTheBatchStepIsOneNode) {
+  auto p = parse({"--nnodes", "slurm", "--nproc-per-node", "2", "--master-port", "5000",
+                  "--rdzv-id", "mine", "train.py"});
+  ASSERT_EQ(p.result.exit_code, -1) << p.result.message;
+  std::map<std::string, std::string> env{{"SLURM_JOB_ID", "9"}, {"SLURM_JOB_NODELIST", "n[1-3]"},
+                                         {"SLURM_JOB_NUM_NODES", "3"}, {"SLURM_NTASKS_PER_NODE", "8"}};
+  std::vector<std::string> notes;
+  ASSERT_EQ(apply_slurm(&p.config, env, &notes), "");
+  EXPECT_EQ(p.config.max_nodes, 1);
+  EXPECT_EQ(p.config.nproc_per_node, "2");
+  EXPECT_EQ(p.config.master_port, 5000);
+  EXPECT_EQ(p.config.rdzv_id, "mine");
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes.front().find("srun --ntasks-per-node=1"), std::string::npos);
+}
+
+TEST(SlurmMode, OutsideAnAllocationSaysSo) {
+  auto p = parse({"--slurm", "train.py"});
+  std::vector<std::string> notes;
+  EXPECT_NE(apply_slurm(&p.config, {}, &notes).find("SLURM_JOB_ID is not set"), std::string::npos);
 }
 
 }  // namespace

@@ -161,6 +161,17 @@ TEST_F(LauncherTest, SigtermReachesTheWorkersAndSetsTheExitStatus) {
   EXPECT_TRUE(exists(dir_ + "/1.term"));
 }
 
+TEST_F(LauncherTest, Usr1IsForwardedAndTheJobCarriesOn) {
+  Subprocess p(cohortrun({"--nproc-per-node", "2", "--signals-to-handle", "SIGTERM,SIGUSR1"},
+                         test_worker({"--trap-usr1", "--sleep", "2"})));
+  ASSERT_TRUE(wait_for([&] { return exists(worker_file(0, 0, "pid")) && exists(worker_file(1, 0, "pid")); }, 20s));
+  p.signal(SIGUSR1);
+  ASSERT_TRUE(wait_for([&] { return exists(dir_ + "/0.usr1") && exists(dir_ + "/1.usr1"); }, 10s));
+  auto st = p.wait(30s);
+  ASSERT_TRUE(st);
+  EXPECT_EQ(WEXITSTATUS(*st), 0) << p.read_all_stderr(1s);
+}
+
 TEST_F(LauncherTest, SigkilledCohortrunLeavesNoWorkerBehind) {
   Subprocess p(cohortrun({"--nproc-per-node", "2"}, test_worker({"--grandchild", "--sleep", "120"})));
   ASSERT_TRUE(wait_for([&] { return worker_pids(0, 0).size() == 2 && worker_pids(1, 0).size() == 2; }, 20s));

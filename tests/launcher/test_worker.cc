@@ -13,6 +13,7 @@
 //   --beat N             send N heartbeats (120 ms apart)
 //   --hang               then stop beating and sleep forever (subject to --on-rank/--until-attempt)
 //   --trap-term          on SIGTERM write DIR/<rank>.term and exit 0
+//   --trap-usr1          on SIGUSR1 write DIR/<rank>.usr1 and carry on
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -52,6 +53,14 @@ void on_term(int) {
   ::_exit(0);
 }
 
+void on_usr1(int) {
+  if (!g_out.empty()) {
+    std::string p = g_out + "/" + std::to_string(g_rank) + ".usr1";
+    int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) ::close(fd);
+  }
+}
+
 int signal_from_name(const std::string& n) {
   if (n == "SEGV") return SIGSEGV;
   if (n == "ABRT") return SIGABRT;
@@ -68,7 +77,7 @@ int main(int argc, char** argv) {
   int exit_code = 0, on_rank = -1, until_attempt = 1 << 30, lines = 0, beats = 0;
   double sleep_s = 0;
   std::string sig, stderr_text, error_msg;
-  bool grandchild = false, hang = false, trap_term = false;
+  bool grandchild = false, hang = false, trap_term = false, trap_usr1 = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -85,6 +94,7 @@ int main(int argc, char** argv) {
     else if (a == "--beat") beats = std::atoi(next().c_str());
     else if (a == "--hang") hang = true;
     else if (a == "--trap-term") trap_term = true;
+    else if (a == "--trap-usr1") trap_usr1 = true;
     else {
       std::fprintf(stderr, "cohort_test_worker: unknown argument %s\n", a.c_str());
       return 64;
@@ -93,6 +103,7 @@ int main(int argc, char** argv) {
   g_rank = env_int("RANK", 0);
   g_attempt = env_int("TORCHELASTIC_RESTART_COUNT", 0);
   if (trap_term) ::signal(SIGTERM, on_term);
+  if (trap_usr1) ::signal(SIGUSR1, on_usr1);
 
   std::string pids = std::to_string(::getpid()) + "\n";
   if (grandchild) {
@@ -143,6 +154,9 @@ int main(int argc, char** argv) {
     }
     return exit_code;
   }
-  if (sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s));
+  if (sleep_s > 0) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(sleep_s);
+    while (std::chrono::steady_clock::now() < until) std::this_thread::sleep_until(until);
+  }
   return 0;
 }

@@ -64,6 +64,11 @@ struct LaunchConfig {
   std::chrono::milliseconds rdzv_timeout{std::chrono::seconds(900)};
   std::chrono::milliseconds exit_barrier_timeout{std::chrono::seconds(30)};
   bool sweep_orphans = true;
+  bool slurm = false;  // --slurm or --nnodes slurm: derive the job's shape from SLURM_*
+
+  // Flags given on the command line or through PET_* (their dashed names, "--nproc-per-node"),
+  // so that derived values (Slurm) never override what the user said.
+  std::set<std::string> given;
 };
 
 }  // namespace cohort::launch
