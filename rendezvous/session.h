@@ -1,9 +1,7 @@
-// Session: one client connection of the store server.
+// Session: one client connection of the store server: a socket around a ProtocolHandler.
 //
-// Owns its socket, a read buffer and a write queue with at most one write in flight (Asio's chat
-// example). It decodes requests until the buffer holds only part of one, so a half-sent request
-// just waits for its remaining bytes. While a WAIT is parked, only CANCEL_WAIT is processed; later
-// requests stay buffered until the wait ends, so replies keep request order.
+// Owns its socket and a write queue with at most one write in flight (Asio's chat example);
+// the protocol itself (decoding, dialects, parked waits, limits) is the handler's.
 //
 // Thread safety: loop thread only. Keeps itself alive through shared_from_this in its handlers.
 #pragma once
@@ -11,10 +9,9 @@
 #include <asio/ip/tcp.hpp>
 #include <memory>
 #include <string>
-#include <vector>
 
-#include "cohort/rdzv/codec.h"
 #include "cohort/rdzv/server.h"
+#include "protocol_handler.h"
 #include "store_state.h"
 
 namespace spdlog {
@@ -50,10 +47,7 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void do_read();
   void on_read(std::error_code ec, size_t n);
-  // Decodes and executes buffered requests until one is incomplete or a WAIT parks.
   void process();
-  // Executes one request; false when the connection must close (reason in *why).
-  bool dispatch(const Request& req, std::string* why);
   void flush();
   void close(const std::string& reason, bool for_limit);
   bool backlogged() const;
@@ -62,21 +56,12 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::ip::tcp::socket socket_;
   const SessionId id_;
   const std::string peer_;
-
-  std::vector<uint8_t> in_;
-  size_t begin_ = 0;  // first unconsumed byte of in_
-  size_t end_ = 0;    // end of valid bytes in in_
-  std::string out_;      // replies not yet handed to the socket
+  ProtocolHandler handler_;
   std::string writing_;  // the buffer of the write in flight
   bool write_in_flight_ = false;
   bool read_in_flight_ = false;
   bool process_posted_ = false;
-
-  bool dialect_known_ = false;
-  Dialect dialect_ = Dialect::kLegacy;
-  bool waiting_ = false;
   bool closed_ = false;
-  Request req_;
 };
 
 }  // namespace cohort::rdzv

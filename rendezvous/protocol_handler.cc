@@ -1,0 +1,184 @@
+#include "protocol_handler.h"
+
+#include <cstring>
+
+namespace cohort::rdzv {
+namespace {
+
+constexpr size_t kInitialBuffer = 16 * 1024;
+constexpr size_t kMinReadSpace = 4 * 1024;
+
+}  // namespace
+
+ProtocolHandler::ProtocolHandler(StoreState& state, const StoreServerOptions& options,
+                                 SessionId id)
+    : state_(state), options_(options), id_(id) {
+  in_.resize(kInitialBuffer);
+}
+
+std::span<uint8_t> ProtocolHandler::read_space() {
+  if (in_.size() - end_ < kMinReadSpace) {
+    // Move the unconsumed tail to the front, and grow when that is not enough.
+    if (begin_ > 0) {
+      std::memmove(in_.data(), in_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    if (in_.size() - end_ < kMinReadSpace) in_.resize(in_.size() * 2);
+  }
+  return {in_.data() + end_, in_.size() - end_};
+}
+
+void ProtocolHandler::commit(size_t n) { end_ += n; }
+
+bool ProtocolHandler::process() {
+  while (begin_ < end_) {
+    std::span<const uint8_t> pending(in_.data() + begin_, end_ - begin_);
+    if (!dialect_known_) {
+      DetectStatus d = detect_dialect(pending);
+      if (d == DetectStatus::kNeedMore) break;
+      dialect_ = d == DetectStatus::kCurrent ? Dialect::kCurrent : Dialect::kLegacy;
+      dialect_known_ = true;
+    }
+    if (waiting_) {
+      auto op = op_from_wire(dialect_, pending[0]);
+      if (!op || *op != Op::kCancelWait) break;  // held until the wait ends
+    }
+    if (out_.size() > kMaxQueuedOutput) break;  // resumes when the client reads its replies
+    DecodeResult res = decode_request(dialect_, pending, options_.limits, &req_);
+    if (res.status == DecodeStatus::kNeedMore) {
+      if (pending.size() > options_.max_request_bytes) {
+        close_reason_ = "request of more than " + std::to_string(options_.max_request_bytes) +
+                        " bytes exceeds --max-request-bytes";
+        return false;
+      }
+      break;
+    }
+    if (res.status == DecodeStatus::kBad) {
+      close_reason_ = res.error;
+      return false;
+    }
+    bool keep = dispatch(req_);
+    begin_ += res.consumed;
+    if (!keep) return false;
+  }
+  if (begin_ == end_) begin_ = end_ = 0;
+  return true;
+}
+
+bool ProtocolHandler::wake() {
+  if (!waiting_) return false;
+  waiting_ = false;
+  put_u8(&out_, kStopWaiting);
+  return begin_ < end_;
+}
+
+bool ProtocolHandler::dispatch(const Request& req) {
+  StoreState& st = state_;
+  std::string* why = &close_reason_;
+  switch (req.op) {
+    case Op::kValidate:
+      if (req.u32 != kValidationMagic) {
+        *why = "VALIDATE with a wrong magic number";
+        return false;
+      }
+      return true;
+    case Op::kPing:
+      put_u32(&out_, req.u32);
+      return true;
+    case Op::kSet:
+      st.set(req.keys[0], req.values[0]);
+      return true;
+    case Op::kCompareSet:
+      put_bytes(&out_, st.compare_set(req.keys[0], req.values[0], req.values[1]));
+      return true;
+    case Op::kGet: {
+      const std::string* v = st.get(req.keys[0]);
+      if (v == nullptr) {
+        // The 1.13 daemon throws and drops the connection; the libuv daemon answers empty.
+        if (dialect_ == Dialect::kLegacy) {
+          *why = "GET of a missing key";
+          return false;
+        }
+        put_bytes(&out_, {});
+      } else {
+        put_bytes(&out_, *v);
+      }
+      return true;
+    }
+    case Op::kAdd: {
+      int64_t sum;
+      if (!st.add(req.keys[0], req.delta, &sum)) {
+        *why = "ADD on a key whose value is not a decimal integer";
+        return false;
+      }
+      put_i64(&out_, sum);
+      return true;
+    }
+    case Op::kCheck:
+      put_u8(&out_, st.check(req.keys) ? kCheckReady : kCheckNotReady);
+      return true;
+    case Op::kWait:
+      switch (st.wait(id_, req.keys)) {
+        case StoreState::WaitResult::kReady:
+          put_u8(&out_, kStopWaiting);
+          return true;
+        case StoreState::WaitResult::kParked:
+          waiting_ = true;
+          return true;
+        case StoreState::WaitResult::kTooManyWaiters:
+          *why = "parked waits exceed --max-waiters (" +
+                 std::to_string(options_.max_waiters) + ")";
+          return false;
+      }
+      return true;
+    case Op::kCancelWait:
+      st.cancel_wait(id_);
+      waiting_ = false;
+      put_u8(&out_, kWaitCanceled);
+      return true;
+    case Op::kGetNumKeys:
+      put_i64(&out_, st.num_keys());
+      return true;
+    case Op::kWatchKey:
+      st.watch(id_, req.keys[0]);
+      put_u8(&out_, kWatchRegistered);
+      return true;
+    case Op::kDeleteKey:
+      put_i64(&out_, st.delete_key(req.keys[0]) ? 1 : 0);
+      return true;
+    case Op::kAppend:
+      st.append(req.keys[0], req.values[0]);
+      return true;
+    case Op::kMultiGet:
+      for (auto k : req.keys) {
+        const std::string* v = st.get(k);
+        if (v == nullptr && dialect_ == Dialect::kLegacy) {
+          *why = "MULTI_GET of a missing key";
+          return false;
+        }
+        put_bytes(&out_, v ? std::string_view(*v) : std::string_view());
+      }
+      return true;
+    case Op::kMultiSet:
+      for (size_t i = 0; i < req.keys.size(); ++i) st.set(req.keys[i], req.values[i]);
+      return true;
+    case Op::kQueuePush:
+      st.queue_push(req.keys[0], req.values[0]);
+      return true;
+    case Op::kQueuePop: {
+      std::string value;
+      int64_t len = st.queue_pop(req.keys[0], &value);
+      put_i64(&out_, len);
+      if (len > 0) put_bytes(&out_, value);
+      return true;
+    }
+    case Op::kQueueLen:
+      put_i64(&out_, st.queue_len(req.keys[0]));
+      return true;
+  }
+  *why = "unhandled command";
+  return false;
+}
+
+}  // namespace cohort::rdzv

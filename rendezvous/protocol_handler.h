@@ -1,0 +1,71 @@
+// ProtocolHandler: one client connection's side of the store protocol, without a socket.
+//
+// Bytes go in (read_space + commit); process() decodes every complete request and executes it on
+// the StoreState, appending replies to output(). It detects the connection's dialect from the
+// first bytes, parks on WAIT (after which only CANCEL_WAIT is processed, so replies keep request
+// order) and reports requests over a limit or malformed as a reason to close. Session wraps it
+// with a socket; the fuzz targets drive it directly.
+//
+// Thread safety: none; one connection, one loop thread.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cohort/rdzv/codec.h"
+#include "cohort/rdzv/server.h"
+#include "store_state.h"
+
+namespace cohort::rdzv {
+
+class ProtocolHandler {
+ public:
+  // `state` and `options` must outlive the handler.
+  ProtocolHandler(StoreState& state, const StoreServerOptions& options, SessionId id);
+
+  // Writable space at the end of the input buffer (at least 4 KiB); then commit() what was put.
+  std::span<uint8_t> read_space();
+  void commit(size_t n);
+
+  // Executes buffered requests until one is incomplete, a WAIT parks, or output backs up.
+  // False when the connection must be closed; close_reason() says why.
+  bool process();
+
+  // The parked WAIT is satisfied: appends STOP_WAITING. Returns true when requests that arrived
+  // meanwhile are buffered (call process() again, on a later turn of the loop).
+  bool wake();
+  // Appends unsolicited bytes (a 1.13 watch notification).
+  void deliver(std::string_view bytes) { out_.append(bytes); }
+
+  // Replies not yet sent. The caller moves them out (swap) and sends them.
+  std::string& output() { return out_; }
+  const std::string& output() const { return out_; }
+
+  bool waiting() const { return waiting_; }
+  bool has_input() const { return begin_ < end_; }
+  size_t buffered_input() const { return end_ - begin_; }
+  const std::string& close_reason() const { return close_reason_; }
+
+  // Output beyond this stops processing until the client reads its replies.
+  static constexpr size_t kMaxQueuedOutput = 64ull << 20;
+
+ private:
+  // Executes one request; false when the connection must close.
+  bool dispatch(const Request& req);
+
+  StoreState& state_;
+  const StoreServerOptions& options_;
+  const SessionId id_;
+  std::vector<uint8_t> in_;
+  size_t begin_ = 0;  // first unconsumed byte of in_
+  size_t end_ = 0;    // end of valid bytes in in_
+  std::string out_;
+  bool dialect_known_ = false;
+  Dialect dialect_ = Dialect::kLegacy;
+  bool waiting_ = false;
+  std::string close_reason_;
+  Request req_;
+};
+
+}  // namespace cohort::rdzv
