@@ -30,8 +30,12 @@ std::optional<ErrorFileContent> read_error_file(const std::string& path) {
   if (!f) return std::nullopt;
   std::stringstream ss;
   ss << f.rdbuf();
+  return parse_error_file(ss.str());
+}
+
+ErrorFileContent parse_error_file(const std::string& text) {
   ErrorFileContent c;
-  c.raw = ss.str();
+  c.raw = text;
   try {
     json j = json::parse(c.raw);
     const json& m = j.at("message");

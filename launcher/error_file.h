@@ -14,6 +14,10 @@ struct ErrorFileContent {
   std::string raw;        // the file as read
 };
 
+// Parses the text of an error file; a content whose message names the problem when it is not in
+// either of torchrun's two formats. Never throws.
+ErrorFileContent parse_error_file(const std::string& text);
+
 // Reads `path`. nullopt when it does not exist; a content whose message names the problem when
 // it exists but is not in either of torchrun's two formats.
 std::optional<ErrorFileContent> read_error_file(const std::string& path);
