@@ -9,12 +9,14 @@ Agent::Agent(AgentOptions options) : options_(options) {}
 
 std::vector<Action> Agent::start() {
   phase_ = Phase::kRendezvous;
-  return {action::Rendezvous{attempt_}};
+  return {action::Rendezvous{round_}};
 }
 
 std::vector<Action> Agent::on_rendezvous_done(const RankAssignment& assignment) {
   std::vector<Action> out;
-  if (phase_ != Phase::kRendezvous || assignment.attempt != attempt_) return out;
+  if (phase_ != Phase::kRendezvous || assignment.round <= round_) return out;
+  round_ = assignment.round;
+  restart_count_ = assignment.restart_count;
   workers_.assign(static_cast<size_t>(assignment.local_world_size), WorkerState::kRunning);
   failures_.clear();
   outcome_.reset();
@@ -47,7 +49,7 @@ std::vector<Action> Agent::on_worker_exited(int local_rank, std::optional<Worker
         w = WorkerState::kSucceeded;
         if (all_workers_gone()) {
           phase_ = Phase::kAwaitingOutcome;
-          out.push_back(action::PublishSuccess{attempt_});
+          out.push_back(action::PublishSuccess{round_});
           advance(&out);  // the outcome may already be known
         }
         return out;
@@ -55,7 +57,7 @@ std::vector<Action> Agent::on_worker_exited(int local_rank, std::optional<Worker
       w = WorkerState::kFailed;
       failures_.push_back(*failure);
       published_failure_ = true;
-      out.push_back(action::PublishFailure{attempt_, failures_});
+      out.push_back(action::PublishFailure{round_, restart_count_, failures_});
       begin_stop(StopReason::kLocalFailure, SIGTERM, &out);
       advance(&out);
       return out;
@@ -77,14 +79,14 @@ std::vector<Action> Agent::on_worker_hung(int local_rank, WorkerFailure failure)
   if (workers_[static_cast<size_t>(local_rank)] != WorkerState::kRunning) return out;
   failures_.push_back(std::move(failure));
   published_failure_ = true;
-  out.push_back(action::PublishFailure{attempt_, failures_});
+  out.push_back(action::PublishFailure{round_, restart_count_, failures_});
   begin_stop(StopReason::kLocalFailure, SIGTERM, &out);
   return out;
 }
 
-std::vector<Action> Agent::on_outcome(int attempt, const Outcome& outcome) {
+std::vector<Action> Agent::on_outcome(int round, const Outcome& outcome) {
   std::vector<Action> out;
-  if (attempt != attempt_ || outcome_) return out;
+  if (round != round_ || outcome_) return out;
   outcome_ = outcome;
   switch (phase_) {
     case Phase::kRunning:
@@ -92,7 +94,7 @@ std::vector<Action> Agent::on_outcome(int attempt, const Outcome& outcome) {
       // A success decided while our workers still run cannot happen: we have not counted.
       break;
     case Phase::kRendezvous:
-      // The job was aborted or failed elsewhere before our workers started.
+      // The job was aborted elsewhere before our workers started.
       if (outcome.kind == Outcome::kAborted) finish(1, true, &out);
       return out;
     default:
@@ -111,7 +113,7 @@ std::vector<Action> Agent::on_signal(int sig) {
     return out;
   }
   signal_ = sig;
-  out.push_back(action::PublishAbort{attempt_, signal_name(sig) + " received"});
+  out.push_back(action::PublishAbort{round_, signal_name(sig) + " received"});
   switch (phase_) {
     case Phase::kRunning:
       begin_stop(StopReason::kSignal, sig, &out);
@@ -156,11 +158,12 @@ void Agent::advance(std::vector<Action>* out) {
   } else {
     return;
   }
-  // The attempt failed (here or elsewhere) or was aborted elsewhere.
-  if (outcome_->kind == Outcome::kFailed && attempt_ < options_.max_restarts) {
-    ++attempt_;
+  // The round failed (here or elsewhere), changes membership, or was aborted elsewhere.
+  bool again = outcome_->kind == Outcome::kRescale ||
+               (outcome_->kind == Outcome::kFailed && outcome_->restarts <= options_.max_restarts);
+  if (again) {
     phase_ = Phase::kRendezvous;
-    out->push_back(action::Rendezvous{attempt_});
+    out->push_back(action::Rendezvous{round_});
     return;
   }
   finish(1, true, out);

@@ -6,10 +6,13 @@
 // signals, timers and store replies into events and carries the actions out; tests drive the
 // machine directly. No clock, no I/O: times arrive inside events.
 //
-// Policy (torchrun's, made job-wide): the first failure anywhere stops every worker of the attempt
-// on every node; the attempt's outcome is decided once in the store; the job restarts while
-// attempt < max_restarts, all nodes together, else it fails with the root cause. A signal stops
-// the local workers with that signal and aborts the job everywhere.
+// Policy (torchrun's, made job-wide): the first failure anywhere stops every worker of the round on
+// every node; the round's outcome is decided once in the store, with the job's restart count; the
+// job starts a new round while that count stays within --max-restarts, all nodes together, else it
+// fails with the root cause. A membership change (a node waiting to join) starts a new round
+// without spending a restart. A signal stops the local workers with that signal and aborts the job
+// everywhere. Rounds are numbered by the rendezvous, not by the agent: a late node joins whatever
+// round is current.
 //
 // Thread safety: none; used from the launcher's loop thread.
 #pragma once
@@ -25,8 +28,9 @@
 namespace cohort::launch {
 
 namespace action {
+// Join the first round after `after_round` (-1: the first round of the job).
 struct Rendezvous {
-  int attempt;
+  int after_round;
 };
 struct StartWorkers {
   RankAssignment assignment;
@@ -38,26 +42,28 @@ struct StopWorkers {
   std::chrono::milliseconds grace;
 };
 struct KillWorkers {};
-// Publish this node's failures of the attempt and try to decide the outcome as failed.
+// Publish this node's failures of the round and try to decide its outcome as failed, with the
+// job's restart count one higher than `restart_count`.
 struct PublishFailure {
-  int attempt;
+  int round;
+  int restart_count;
   std::vector<WorkerFailure> failures;
 };
 // Count this node as done; the last node decides the outcome as succeeded.
 struct PublishSuccess {
-  int attempt;
+  int round;
 };
 // Decide the outcome as aborted (a signal on this node).
 struct PublishAbort {
-  int attempt;
+  int round;
   std::string detail;
 };
 // The job is over on this node: print the summary when failed, then exit with `exit_code`.
 struct Finish {
   int exit_code;
   bool failed;
-  std::optional<Outcome> outcome;              // the deciding outcome, when one is known
-  std::vector<WorkerFailure> local_failures;  // of the last attempt
+  std::optional<Outcome> outcome;             // the deciding outcome, when one is known
+  std::vector<WorkerFailure> local_failures;  // of the last round
 };
 }  // namespace action
 
@@ -83,12 +89,14 @@ class Agent {
   std::vector<Action> on_worker_exited(int local_rank, std::optional<WorkerFailure> failure);
   // A worker stopped beating; `failure` carries the "hung" reason. The worker still runs.
   std::vector<Action> on_worker_hung(int local_rank, WorkerFailure failure);
-  std::vector<Action> on_outcome(int attempt, const Outcome& outcome);
+  // The outcome of `round` was decided (ignored unless it is the current round).
+  std::vector<Action> on_outcome(int round, const Outcome& outcome);
   std::vector<Action> on_signal(int sig);
   std::vector<Action> on_stop_deadline();
 
   Phase phase() const { return phase_; }
-  int attempt() const { return attempt_; }
+  int round() const { return round_; }
+  int restart_count() const { return restart_count_; }
 
  private:
   enum class StopReason { kNone, kLocalFailure, kRemote, kSignal };
@@ -102,10 +110,11 @@ class Agent {
 
   AgentOptions options_;
   Phase phase_ = Phase::kIdle;
-  int attempt_ = 0;
+  int round_ = -1;
+  int restart_count_ = 0;
   std::vector<WorkerState> workers_;
-  std::vector<WorkerFailure> failures_;  // this node, this attempt
-  std::optional<Outcome> outcome_;       // of this attempt
+  std::vector<WorkerFailure> failures_;  // this node, this round
+  std::optional<Outcome> outcome_;       // of this round
   StopReason stop_reason_ = StopReason::kNone;
   int signal_ = 0;
   bool published_failure_ = false;

@@ -66,7 +66,8 @@ StreamSpec parse_stream_spec(const std::string& text, const std::string& flag) {
   StreamSpec spec;
   auto value = [&](const std::string& v) {
     if (v.size() == 1 && v[0] >= '0' && v[0] <= '3') return v[0] - '0';
-    throw std::invalid_argument(flag + " values are 0 (none), 1 (stdout), 2 (stderr) or 3 (both); got '" +
+    throw std::invalid_argument(flag +
+                                " values are 0 (none), 1 (stdout), 2 (stderr) or 3 (both); got '" +
                                 v + "' in '" + text + "'");
   };
   if (text.find(':') == std::string::npos) {
@@ -98,7 +99,8 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
   CLI::App app{
       "cohortrun: starts --nproc-per-node workers per node and restarts failed groups.\n"
       "Accepts torchrun's flags (both --flag-name and --flag_name); PET_<FLAG> variables give "
-      "defaults.\nUsage: cohortrun [options] <script.py | -m module | --no-python program> [args...]",
+      "defaults.\nUsage: cohortrun [options] <script.py | -m module | --no-python program> "
+      "[args...]",
       "cohortrun"};
   app.prefix_command();  // everything from the entry point on belongs to the workers
   app.set_help_flag("-h,--help");
@@ -130,7 +132,8 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
   auto flag = [&](const std::string& name, bool* target, const std::string& help,
                   const std::string& short_name = "") {
     auto it = env.find(pet_name(name));
-    if (it != env.end()) *target = it->second == "1" || it->second == "true" || it->second == "True";
+    if (it != env.end())
+      *target = it->second == "1" || it->second == "true" || it->second == "True";
     return app.add_flag(names(name, short_name), *target, help);
   };
   std::string node_rank = std::to_string(c->node_rank), max_restarts = "0";
@@ -157,12 +160,14 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
   flag("--module", &c->module, "Run the entry point as a Python module (python -m)", "-m");
   flag("--no-python", &c->no_python, "Run the entry point directly instead of with Python");
   flag("--run-path", &c->run_path, "Run the script by path with Python (as torchrun's runpy)");
-  opt("--log-dir", &c->log_dir, "Directory for workers' logs and error files (default: a temp dir)");
+  opt("--log-dir", &c->log_dir,
+      "Directory for workers' logs and error files (default: a temp dir)");
   opt("--redirects", &redirects,
       "Redirect workers' streams to files: N or lr:N,... (1 out, 2 err, 3 both)", "-r");
-  opt("--tee", &tee,
-      "Like --redirects, and also copy to the console with a [role<rank>]: prefix", "-t");
-  opt("--local-ranks-filter", &ranks_filter, "Console output only from these local ranks (e.g. 0,1)");
+  opt("--tee", &tee, "Like --redirects, and also copy to the console with a [role<rank>]: prefix",
+      "-t");
+  opt("--local-ranks-filter", &ranks_filter,
+      "Console output only from these local ranks (e.g. 0,1)");
   opt("--local-addr", &c->local_addr, "Address this node advertises to the others");
   opt("--signals-to-handle", &c->signals_to_handle,
       "Signals forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)");
@@ -204,7 +209,8 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
       if (c->master_port < 0 || c->master_port > 65535)
         throw std::invalid_argument("--master-port must be 0..65535");
     }
-    if (!monitor_interval.empty()) c->monitor_interval = parse_seconds(monitor_interval, "--monitor-interval");
+    if (!monitor_interval.empty())
+      c->monitor_interval = parse_seconds(monitor_interval, "--monitor-interval");
     c->redirects = parse_stream_spec(redirects, "--redirects");
     c->tee = parse_stream_spec(tee, "--tee");
     c->term_timeout = to_ms(parse_seconds(term_timeout, "--term-timeout"));
@@ -228,8 +234,9 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
 
   std::vector<std::string> rest = app.remaining();
   if (rest.empty()) {
-    return {2, "cohortrun: no entry point given. Usage: cohortrun [options] train.py [args...] "
-               "(or -m module, or --no-python program)"};
+    return {2,
+            "cohortrun: no entry point given. Usage: cohortrun [options] train.py [args...] "
+            "(or -m module, or --no-python program)"};
   }
   if (rest.front().size() > 1 && rest.front()[0] == '-') {
     return {2, "cohortrun: unknown flag '" + rest.front() +
@@ -242,18 +249,22 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
 
 std::string validate(const LaunchConfig& c) {
   const std::string& b = c.rdzv_backend;
-  if (b == "c10d" || b == "cohort" || b == "etcd" || b == "etcd-v2") {
-    return "--rdzv-backend " + b +
-           " (dynamic, elastic rendezvous) is not available in this version of cohortrun; use the "
-           "static rendezvous: --nnodes N --node-rank R --master-addr A --master-port P, or "
-           "--standalone for one node";
+  if (b == "etcd-v2") {
+    return "--rdzv-backend etcd-v2 (etcd's v2 API) is not supported; use --rdzv-backend etcd "
+           "(the v3 API) or c10d";
+  }
+  if (b == "c10d" || b == "cohort" || b == "etcd") {
+    if (c.standalone) return "--standalone chooses its own rendezvous; drop --rdzv-backend";
+    if (c.module && c.no_python) return "-m/--module and --no-python cannot be combined";
+    return {};
   }
   if (b != "static") {
-    return "--rdzv-backend '" + b + "' is unknown (static, c10d, cohort, etcd, etcd-v2)";
+    return "--rdzv-backend '" + b + "' is unknown (static, c10d, cohort, etcd)";
   }
   if (c.min_nodes != c.max_nodes) {
     return "--nnodes " + std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes) +
-           " needs an elastic rendezvous; the static rendezvous needs a fixed --nnodes N";
+           " needs an elastic rendezvous (--rdzv-backend c10d --rdzv-endpoint host:port); the "
+           "static rendezvous needs a fixed --nnodes N";
   }
   if (c.node_rank < 0 || c.node_rank >= c.max_nodes) {
     return "--node-rank " + std::to_string(c.node_rank) + " is outside 0.." +

@@ -8,10 +8,13 @@ namespace cohort::launch {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-bool is_executable_file(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
+bool is_executable_file(const std::string& path) {
+  return ::access(path.c_str(), X_OK) == 0;
+}
 
 // True when `name` is an executable path, or a bare command name found on PATH.
 bool runs_directly(const std::string& name, const std::map<std::string, std::string>& env) {

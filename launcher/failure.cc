@@ -11,11 +11,16 @@ namespace {
 using nlohmann::json;
 
 json failure_json(const WorkerFailure& f) {
-  return json{{"node_rank", f.node_rank}, {"local_rank", f.local_rank},
-              {"global_rank", f.global_rank}, {"host", f.host},
-              {"pid", f.pid}, {"exit_code", f.exit_code},
-              {"timestamp", f.timestamp}, {"reason", f.reason},
-              {"error_file", f.error_file}, {"message", f.message},
+  return json{{"node_rank", f.node_rank},
+              {"local_rank", f.local_rank},
+              {"global_rank", f.global_rank},
+              {"host", f.host},
+              {"pid", f.pid},
+              {"exit_code", f.exit_code},
+              {"timestamp", f.timestamp},
+              {"reason", f.reason},
+              {"error_file", f.error_file},
+              {"message", f.message},
               {"traceback", f.traceback}};
 }
 
@@ -50,7 +55,9 @@ constexpr SignalEntry kSignals[] = {
 
 }  // namespace
 
-std::string to_json(const WorkerFailure& f) { return failure_json(f).dump(); }
+std::string to_json(const WorkerFailure& f) {
+  return failure_json(f).dump();
+}
 
 std::string to_json(const std::vector<WorkerFailure>& fs) {
   json a = json::array();
@@ -59,8 +66,11 @@ std::string to_json(const std::vector<WorkerFailure>& fs) {
 }
 
 std::string to_json(const Outcome& o) {
-  static const char* kinds[] = {"succeeded", "failed", "aborted"};
-  json j{{"kind", kinds[o.kind]}, {"node_rank", o.node_rank}, {"detail", o.detail}};
+  static const char* kinds[] = {"succeeded", "failed", "aborted", "rescale"};
+  json j{{"kind", kinds[o.kind]},
+         {"node_rank", o.node_rank},
+         {"restarts", o.restarts},
+         {"detail", o.detail}};
   if (o.first_failure) j["first_failure"] = failure_json(*o.first_failure);
   return j.dump();
 }
@@ -88,11 +98,18 @@ Outcome outcome_from_json(const std::string& text) {
     json j = json::parse(text);
     Outcome o;
     std::string kind = j.at("kind").get<std::string>();
-    if (kind == "succeeded") o.kind = Outcome::kSucceeded;
-    else if (kind == "failed") o.kind = Outcome::kFailed;
-    else if (kind == "aborted") o.kind = Outcome::kAborted;
-    else throw std::runtime_error("unknown kind '" + kind + "'");
+    if (kind == "succeeded")
+      o.kind = Outcome::kSucceeded;
+    else if (kind == "failed")
+      o.kind = Outcome::kFailed;
+    else if (kind == "aborted")
+      o.kind = Outcome::kAborted;
+    else if (kind == "rescale")
+      o.kind = Outcome::kRescale;
+    else
+      throw std::runtime_error("unknown kind '" + kind + "'");
     o.node_rank = j.value("node_rank", 0);
+    o.restarts = j.value("restarts", 0);
     o.detail = j.value("detail", "");
     if (j.contains("first_failure")) o.first_failure = failure_from(j["first_failure"]);
     return o;

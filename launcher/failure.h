@@ -22,11 +22,18 @@ struct WorkerFailure {
   std::string traceback;   // from the error file, else the tail of the worker's stderr
 };
 
+// How a round ended, decided once in the store by the first node to report.
 struct Outcome {
-  enum Kind { kSucceeded, kFailed, kAborted };
+  enum Kind {
+    kSucceeded,  // every worker of every node exited 0
+    kFailed,     // a worker or a node failed: restart while restarts <= --max-restarts
+    kAborted,    // a node was told to stop (a signal): no restart
+    kRescale,    // membership changes (a node waits to join): restart without spending one
+  };
   Kind kind = kSucceeded;
   int node_rank = 0;   // the node that decided it
-  std::string detail;  // kAborted: why ("SIGTERM received on node 1")
+  int restarts = 0;    // the job's restart count once this outcome is applied
+  std::string detail;  // why, in words ("SIGTERM received on node 1", "node b lost: ...")
   std::optional<WorkerFailure> first_failure;  // kFailed: the deciding node's earliest failure
 };
 

@@ -44,10 +44,9 @@ void block(std::ostringstream& os, size_t i, const WorkerFailure& f) {
 }  // namespace
 
 std::string format_failure_report(const std::string& title, std::vector<WorkerFailure> failures) {
-  std::stable_sort(failures.begin(), failures.end(),
-                   [](const WorkerFailure& a, const WorkerFailure& b) {
-                     return a.timestamp < b.timestamp;
-                   });
+  std::stable_sort(
+      failures.begin(), failures.end(),
+      [](const WorkerFailure& a, const WorkerFailure& b) { return a.timestamp < b.timestamp; });
   const std::string eq(60, '='), dash(60, '-');
   std::ostringstream os;
   os << eq << "\n" << title << " FAILED\n" << dash << "\nFailures:\n";

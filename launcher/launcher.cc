@@ -6,13 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
 #include <asio/io_context.hpp>
-#include <asio/post.hpp>
 #include <asio/posix/stream_descriptor.hpp>
+#include <asio/post.hpp>
 #include <asio/signal_set.hpp>
 #include <asio/steady_timer.hpp>
 #include <chrono>
-#include <fcntl.h>
 #include <filesystem>
 #include <random>
 #include <sstream>
@@ -20,16 +20,15 @@
 #include "agent.h"
 #include "cohort/launch/cli.h"
 #include "cohort/rdzv/logging.h"
-#include "cohort/rdzv/server.h"
 #include "entrypoint.h"
 #include "error_file.h"
 #include "failure_report.h"
+#include "job_rendezvous.h"
 #include "node_resources.h"
 #include "output.h"
 #include "process_spawner.h"
 #include "reaper.h"
 #include "slurm_mode.h"
-#include "store_bridge.h"
 #include "worker_env.h"
 
 namespace cohort::launch {
@@ -57,10 +56,6 @@ std::string hostname() {
   return buf;
 }
 
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1" || addr == "[::1]";
-}
-
 int open_log(const std::string& path) {
   return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
 }
@@ -83,7 +78,8 @@ class Launcher::Impl {
 
  private:
   struct Worker {
-    explicit Worker(asio::io_context& io) : pidfd(io), heartbeat(io), hang_timer(io), eof_timer(io) {}
+    explicit Worker(asio::io_context& io)
+        : pidfd(io), heartbeat(io), hang_timer(io), eof_timer(io) {}
     int local_rank = 0;
     pid_t pid = -1;
     asio::posix::stream_descriptor pidfd;
@@ -103,9 +99,8 @@ class Launcher::Impl {
 
   // Set-up; returns an exit status when the job cannot start.
   std::optional<int> prepare();
-  void start_store();
   void handle(std::vector<Action> actions);
-  void do_rendezvous(int attempt);
+  void do_rendezvous(int after_round);
   void start_workers(const RankAssignment& a);
   void spawn_worker(Worker& w, const RankAssignment& a);
   void on_worker_exit(Worker& w);
@@ -130,14 +125,12 @@ class Launcher::Impl {
   asio::steady_timer drain_timer_;
   std::unique_ptr<ProcessSpawner> spawner_;
   std::unique_ptr<Reaper> reaper_;
-  std::unique_ptr<rdzv::StoreServerThread> server_;
-  std::unique_ptr<StoreBridge> bridge_;
+  std::unique_ptr<JobRendezvous> rdzv_;
 
   WorkerCommand command_;
   int nproc_ = 1;
-  int nnodes_ = 1;
   std::string run_id_;
-  std::string master_addr_;
+  std::string master_addr_;  // of the current round's workers' store
   int master_port_ = 0;
   std::string host_;
   std::string log_root_;
@@ -168,13 +161,11 @@ std::optional<int> Launcher::Impl::prepare() {
     std::fprintf(stderr, "cohortrun: %s\n", err.c_str());
     return 2;
   }
-  nnodes_ = cfg_.max_nodes;
   host_ = hostname();
   command_ = build_worker_command(cfg_, env_);
   run_id_ = cfg_.rdzv_id;
   if (cfg_.standalone) run_id_ = random_suffix(8);
-  master_addr_ = cfg_.master_addr;
-  if (cfg_.standalone) master_addr_ = "127.0.0.1";
+  if (cfg_.standalone) cfg_.master_addr = "127.0.0.1";
 
   // Logs: <log_dir>/<run_id>_<random>/attempt_<n>/<local_rank>/
   try {
@@ -184,7 +175,8 @@ std::optional<int> Launcher::Impl::prepare() {
       std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/cohortrun_XXXXXX";
       std::vector<char> buf(templ.begin(), templ.end());
       buf.push_back('\0');
-      if (::mkdtemp(buf.data()) == nullptr) throw std::runtime_error(templ + ": " + std::strerror(errno));
+      if (::mkdtemp(buf.data()) == nullptr)
+        throw std::runtime_error(templ + ": " + std::strerror(errno));
       base = buf.data();
     }
     log_root_ = base + "/" + run_id_ + "_" + random_suffix(8);
@@ -197,37 +189,12 @@ std::optional<int> Launcher::Impl::prepare() {
   // torchrun sets a blanket OMP_NUM_THREADS=1; sharing the cores out wastes none of them.
   if (!env_.contains("OMP_NUM_THREADS") && nproc_ > 1) {
     omp_threads_ = std::max(1, cpu_count() / nproc_);
-    log_->warn("Setting OMP_NUM_THREADS={} for each of the {} workers ({} cores / {} workers); set "
-               "OMP_NUM_THREADS to choose otherwise.",
-               *omp_threads_, nproc_, cpu_count(), nproc_);
+    log_->warn(
+        "Setting OMP_NUM_THREADS={} for each of the {} workers ({} cores / {} workers); set "
+        "OMP_NUM_THREADS to choose otherwise.",
+        *omp_threads_, nproc_, cpu_count(), nproc_);
   }
   return std::nullopt;
-}
-
-void Launcher::Impl::start_store() {
-  TcpStoreOptions client;
-  client.connect_timeout = cfg_.rdzv_timeout;
-  client.timeout = std::max<std::chrono::milliseconds>(cfg_.rdzv_timeout, 60s);
-  if (cfg_.node_rank == 0) {
-    rdzv::StoreServerOptions so;
-    // One node on a loopback address: listen there only. Several nodes: every interface.
-    if (nnodes_ == 1 && is_loopback(master_addr_)) {
-      so.host = master_addr_ == "localhost" ? "127.0.0.1" : master_addr_;
-    } else {
-      so.host = master_addr_.find(':') != std::string::npos ? "::" : "0.0.0.0";
-    }
-    bool pick_free = nnodes_ == 1 && (!cfg_.master_port_given || cfg_.standalone);
-    so.port = static_cast<uint16_t>(pick_free ? 0 : cfg_.master_port);
-    server_ = std::make_unique<rdzv::StoreServerThread>(so);
-    master_port_ = server_->port();
-    client.host = so.host == "0.0.0.0" ? "127.0.0.1" : (so.host == "::" ? "::1" : so.host);
-    log_->info("store listening on {} (run id '{}')", server_->address(), run_id_);
-  } else {
-    master_port_ = cfg_.master_port;
-    client.host = master_addr_;
-  }
-  client.port = master_port_;
-  bridge_ = std::make_unique<StoreBridge>(io_.get_executor(), client, run_id_, nnodes_);
 }
 
 int Launcher::Impl::run() {
@@ -238,7 +205,10 @@ int Launcher::Impl::run() {
       log_->warn("killed {} process(es) left behind by earlier cohortrun agents", n);
   }
   try {
-    start_store();
+    rdzv_ = std::make_unique<JobRendezvous>(io_, cfg_, run_id_, log_);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "cohortrun: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cohortrun: %s\n", e.what());
     return 1;
@@ -246,8 +216,7 @@ int Launcher::Impl::run() {
   arm_signals();
   handle(agent_.start());
   io_.run();
-  bridge_.reset();
-  server_.reset();
+  rdzv_.reset();
   return exit_code_;
 }
 
@@ -287,7 +256,7 @@ void Launcher::Impl::handle(std::vector<Action> actions) {
         [&](auto& act) {
           using T = std::decay_t<decltype(act)>;
           if constexpr (std::is_same_v<T, action::Rendezvous>) {
-            do_rendezvous(act.attempt);
+            do_rendezvous(act.after_round);
           } else if constexpr (std::is_same_v<T, action::StartWorkers>) {
             start_workers(act.assignment);
           } else if constexpr (std::is_same_v<T, action::StopWorkers>) {
@@ -299,12 +268,16 @@ void Launcher::Impl::handle(std::vector<Action> actions) {
           } else if constexpr (std::is_same_v<T, action::KillWorkers>) {
             signal_workers(SIGKILL);
           } else if constexpr (std::is_same_v<T, action::PublishFailure>) {
-            bridge_->publish_failure(act.attempt, cfg_.node_rank, act.failures,
-                                     fail_on_error("publishing the failure"));
+            rdzv_->stop_keep_alive();
+            rdzv_->publish_failure(act.round, assignment_.node_rank, act.restart_count,
+                                   act.failures, fail_on_error("publishing the failure"));
           } else if constexpr (std::is_same_v<T, action::PublishSuccess>) {
-            bridge_->publish_success(act.attempt, cfg_.node_rank, fail_on_error("publishing success"));
+            rdzv_->publish_success(act.round, assignment_.node_rank, assignment_.nnodes,
+                                   fail_on_error("publishing success"));
           } else if constexpr (std::is_same_v<T, action::PublishAbort>) {
-            bridge_->publish_abort(act.attempt, cfg_.node_rank, act.detail, [](std::exception_ptr) {});
+            rdzv_->stop_keep_alive();
+            rdzv_->publish_abort(act.round, assignment_.node_rank, act.detail,
+                                 [](std::exception_ptr) {});
           } else if constexpr (std::is_same_v<T, action::Finish>) {
             finish(act);
           }
@@ -324,41 +297,50 @@ std::function<void(std::exception_ptr)> Launcher::Impl::fail_on_error(const std:
   };
 }
 
-void Launcher::Impl::do_rendezvous(int attempt) {
-  if (attempt > 0) {
-    log_->warn("restarting the worker group: attempt {} of at most {}", attempt,
-               cfg_.max_restarts + 1);
-  }
-  bridge_->watch_outcome(
-      attempt, [this, attempt](Outcome o) { handle(agent_.on_outcome(attempt, o)); },
-      [this](std::string err) {
-        if (!finished_) fatal("lost the store: " + err);
-      });
-  NodeInfo self{cfg_.node_rank, nproc_, host_, static_cast<int>(::getpid())};
-  bridge_->rendezvous(attempt, self, cfg_.rdzv_timeout,
-                      [this](std::exception_ptr err, RankAssignment a) {
-                        if (err) {
-                          try {
-                            std::rethrow_exception(err);
-                          } catch (const std::exception& e) {
-                            fatal(e.what());
-                          }
-                          return;
-                        }
-                        handle(agent_.on_rendezvous_done(a));
-                      });
+void Launcher::Impl::do_rendezvous(int after_round) {
+  rdzv_->stop_keep_alive();
+  if (after_round >= 0) log_->warn("re-forming the worker group after round {}", after_round);
+  NodeInfo self;
+  self.node_rank = cfg_.node_rank;
+  self.nproc = nproc_;
+  self.host = host_;
+  self.pid = static_cast<int>(::getpid());
+  rdzv_->join(after_round, self, [this](std::exception_ptr err, RankAssignment a) {
+    if (err) {
+      try {
+        std::rethrow_exception(err);
+      } catch (const std::exception& e) {
+        fatal(e.what());
+      }
+      return;
+    }
+    rdzv_->watch_outcome(
+        a.round, [this, round = a.round](Outcome o) { handle(agent_.on_outcome(round, o)); },
+        [this](std::string e) {
+          if (!finished_) fatal("lost the store: " + e);
+        });
+    handle(agent_.on_rendezvous_done(a));
+  });
 }
 
 void Launcher::Impl::start_workers(const RankAssignment& a) {
   assignment_ = a;
+  std::tie(master_addr_, master_port_) = rdzv_->master_for(a);
   workers_.clear();
-  log_->info("starting {} workers (attempt {}): ranks {}..{} of {}, {} node(s)",
-             a.local_world_size, a.attempt, a.base_rank, a.base_rank + a.local_world_size - 1,
-             a.world_size, a.nnodes);
+  if (a.restart_count > 0 || a.round > 0) {
+    log_->warn(
+        "starting the worker group: round {}, restart {} of at most {}, {} node(s), world "
+        "size {}",
+        a.round, a.restart_count, cfg_.max_restarts, a.nnodes, a.world_size);
+  }
+  log_->info("starting {} workers (round {}, restart {}): ranks {}..{} of {}, {} node(s)",
+             a.local_world_size, a.round, a.restart_count, a.base_rank,
+             a.base_rank + a.local_world_size - 1, a.world_size, a.nnodes);
+  rdzv_->start_keep_alive(a);
   for (int lr = 0; lr < a.local_world_size; ++lr) {
     auto w = std::make_unique<Worker>(io_);
     w->local_rank = lr;
-    w->dir = log_root_ + "/attempt_" + std::to_string(a.attempt) + "/" + std::to_string(lr);
+    w->dir = log_root_ + "/attempt_" + std::to_string(a.restart_count) + "/" + std::to_string(lr);
     w->error_file = w->dir + "/error.json";
     workers_.push_back(std::move(w));
   }
@@ -528,7 +510,8 @@ void Launcher::Impl::report_exit(Worker& w) {
     if (f.traceback.empty()) f.traceback = w.stderr_tail.text();
     failure = f;
     if (agent_.phase() == Agent::Phase::kRunning) {
-      log_->warn("local rank {} (rank {}, pid {}) {}", w.local_rank, f.global_rank, w.pid, f.reason);
+      log_->warn("local rank {} (rank {}, pid {}) {}", w.local_rank, f.global_rank, w.pid,
+                 f.reason);
     } else {
       log_->info("local rank {} (pid {}) stopped: {}", w.local_rank, w.pid, f.reason);
     }
@@ -573,11 +556,11 @@ void Launcher::Impl::finish(const action::Finish& f) {
   if (!f.failed) {
     log_->info("all {} workers of node {} succeeded", assignment_.local_world_size, cfg_.node_rank);
   }
-  auto after_report = [this, f] {
-    // Node 0 keeps the store up until every node has read the outcome.
-    bool host = cfg_.node_rank == 0 && nnodes_ > 1;
-    bridge_->exit_barrier(agent_.attempt(), host, cfg_.exit_barrier_timeout,
-                          [this](std::exception_ptr) { shut_down(exit_code_); });
+  rdzv_->stop_keep_alive();
+  auto after_report = [this] {
+    // The agent hosting the store keeps it up until every node has read the outcome.
+    rdzv_->exit_barrier(agent_.round(), assignment_.nnodes, cfg_.exit_barrier_timeout,
+                        [this](std::exception_ptr) { shut_down(exit_code_); });
   };
   if (!f.failed || (f.outcome && f.outcome->kind == Outcome::kAborted) ||
       (!f.outcome && f.local_failures.empty())) {
@@ -585,13 +568,13 @@ void Launcher::Impl::finish(const action::Finish& f) {
     after_report();
     return;
   }
-  bridge_->collect_failures(agent_.attempt(), [this, f, after_report](
-                                                  std::exception_ptr err,
-                                                  std::vector<WorkerFailure> all) {
-    if (err || all.empty()) all = f.local_failures;
-    print_summary(f, all);
-    after_report();
-  });
+  rdzv_->collect_failures(
+      agent_.round(), assignment_.nnodes,
+      [this, f, after_report](std::exception_ptr err, std::vector<WorkerFailure> all) {
+        if (err || all.empty()) all = f.local_failures;
+        print_summary(f, all);
+        after_report();
+      });
 }
 
 void Launcher::Impl::print_summary(const action::Finish& f, std::vector<WorkerFailure> failures) {
@@ -606,8 +589,9 @@ void Launcher::Impl::print_summary(const action::Finish& f, std::vector<WorkerFa
   write_fully(STDERR_FILENO, report);
   auto parent = env_.find("TORCHELASTIC_ERROR_FILE");
   if (parent != env_.end() && !parent->second.empty()) {
-    auto first = *std::min_element(failures.begin(), failures.end(),
-                                   [](const auto& a, const auto& b) { return a.timestamp < b.timestamp; });
+    auto first =
+        *std::min_element(failures.begin(), failures.end(),
+                          [](const auto& a, const auto& b) { return a.timestamp < b.timestamp; });
     std::optional<ErrorFileContent> child;
     if (!first.error_file.empty()) child = read_error_file(first.error_file);
     write_parent_error_file(parent->second, child, first.message, first.exit_code);
@@ -634,6 +618,8 @@ void Launcher::Impl::shut_down(int code) {
 Launcher::Launcher(LaunchConfig config, std::map<std::string, std::string> env)
     : impl_(std::make_unique<Impl>(std::move(config), std::move(env))) {}
 Launcher::~Launcher() = default;
-int Launcher::run() { return impl_->run(); }
+int Launcher::run() {
+  return impl_->run();
+}
 
 }  // namespace cohort::launch

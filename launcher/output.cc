@@ -71,22 +71,24 @@ StreamPump::~StreamPump() {
   if (route_.file_fd >= 0) ::close(route_.file_fd);
 }
 
-void StreamPump::start() { read(); }
+void StreamPump::start() {
+  read();
+}
 
 void StreamPump::read() {
-  pipe_.async_read_some(asio::buffer(buf_), [self = shared_from_this()](std::error_code ec,
-                                                                        size_t n) {
-    auto on_line = [&](std::string_view line) { self->emit(line); };
-    if (n > 0) self->splitter_.feed(std::string_view(self->buf_, n), on_line);
-    if (ec) {
-      self->splitter_.finish(on_line);
-      std::error_code ignored;
-      self->pipe_.close(ignored);
-      if (self->on_eof_) self->on_eof_();
-      return;
-    }
-    self->read();
-  });
+  pipe_.async_read_some(asio::buffer(buf_),
+                        [self = shared_from_this()](std::error_code ec, size_t n) {
+                          auto on_line = [&](std::string_view line) { self->emit(line); };
+                          if (n > 0) self->splitter_.feed(std::string_view(self->buf_, n), on_line);
+                          if (ec) {
+                            self->splitter_.finish(on_line);
+                            std::error_code ignored;
+                            self->pipe_.close(ignored);
+                            if (self->on_eof_) self->on_eof_();
+                            return;
+                          }
+                          self->read();
+                        });
 }
 
 void StreamPump::emit(std::string_view line) {

@@ -42,9 +42,9 @@ class LineSplitter {
 };
 
 struct OutputRoute {
-  int console_fd = -1;   // where console copies go (1 or 2), or -1 for none
-  std::string prefix;    // prepended to console copies, e.g. "[default0]:"
-  int file_fd = -1;      // log file, owned by the pump
+  int console_fd = -1;         // where console copies go (1 or 2), or -1 for none
+  std::string prefix;          // prepended to console copies, e.g. "[default0]:"
+  int file_fd = -1;            // log file, owned by the pump
   TailBuffer* tail = nullptr;  // must outlive the pump
 };
 

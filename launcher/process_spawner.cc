@@ -14,7 +14,8 @@ namespace cohort::launch {
 namespace {
 
 void make_pipe(int fds[2]) {
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw std::system_error(errno, std::generic_category(), "pipe2");
 }
 
 void close_fd(int& fd) {
@@ -22,11 +23,13 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
-int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+int pidfd_open(pid_t pid) {
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
 
 // After fork, in the child: only async-signal-safe calls until exec.
-[[noreturn]] void child(const SpawnRequest& req, char* const* argv, char* const* envp,
-                        pid_t parent, int out_w, int err_w, int hb_w) {
+[[noreturn]] void child(const SpawnRequest& req, char* const* argv, char* const* envp, pid_t parent,
+                        int out_w, int err_w, int hb_w) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);  // the parent died before PDEATHSIG was set

@@ -24,8 +24,8 @@ struct SpawnRequest {
 
 struct SpawnedProcess {
   pid_t pid = -1;
-  int pidfd = -1;         // readable once the process exits
-  int stdout_fd = -1;     // read ends, when piped
+  int pidfd = -1;      // readable once the process exits
+  int stdout_fd = -1;  // read ends, when piped
   int stderr_fd = -1;
   int heartbeat_fd = -1;
 };

@@ -32,9 +32,12 @@ namespace {
     while ((nl = buf.find('\n')) != std::string::npos) {
       std::string line = buf.substr(0, nl);
       buf.erase(0, nl + 1);
-      if (line == "bye") goodbye = true;
-      else if (line.size() > 1 && line[0] == '+') groups.insert(std::atoi(line.c_str() + 1));
-      else if (line.size() > 1 && line[0] == '-') groups.erase(std::atoi(line.c_str() + 1));
+      if (line == "bye")
+        goodbye = true;
+      else if (line.size() > 1 && line[0] == '+')
+        groups.insert(std::atoi(line.c_str() + 1));
+      else if (line.size() > 1 && line[0] == '-')
+        groups.erase(std::atoi(line.c_str() + 1));
     }
   }
   if (!goodbye) {
@@ -95,8 +98,12 @@ Reaper::~Reaper() {
   ::waitpid(pid_, nullptr, 0);
 }
 
-void Reaper::watch(pid_t pgid) { send_line(fd_, std::string(1, '+').append(std::to_string(pgid))); }
-void Reaper::forget(pid_t pgid) { send_line(fd_, std::string(1, '-').append(std::to_string(pgid))); }
+void Reaper::watch(pid_t pgid) {
+  send_line(fd_, std::string(1, '+').append(std::to_string(pgid)));
+}
+void Reaper::forget(pid_t pgid) {
+  send_line(fd_, std::string(1, '-').append(std::to_string(pgid)));
+}
 
 const char* agent_id() {
   static const std::string id = std::to_string(::getpid()) + ":" + start_time(::getpid());

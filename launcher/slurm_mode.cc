@@ -22,9 +22,10 @@ std::string apply_slurm(LaunchConfig* c, const std::map<std::string, std::string
     c->min_nodes = c->max_nodes = 1;
     c->node_rank = 0;
     if (s->num_nodes > 1) {
-      notes->push_back("cohortrun runs in the batch step, so only this node takes part; start it "
-                       "with `srun --ntasks-per-node=1 cohortrun ...` to use all " +
-                       std::to_string(s->num_nodes) + " nodes");
+      notes->push_back(
+          "cohortrun runs in the batch step, so only this node takes part; start it "
+          "with `srun --ntasks-per-node=1 cohortrun ...` to use all " +
+          std::to_string(s->num_nodes) + " nodes");
     }
   } else {
     c->min_nodes = c->max_nodes = s->num_nodes;

@@ -21,7 +21,7 @@ std::vector<std::string> build_worker_env(const std::map<std::string, std::strin
   set("ROLE_WORLD_SIZE", num(a.world_size));
   set("MASTER_ADDR", in.master_addr);
   set("MASTER_PORT", num(in.master_port));
-  set("TORCHELASTIC_RESTART_COUNT", num(a.attempt));
+  set("TORCHELASTIC_RESTART_COUNT", num(a.restart_count));
   set("TORCHELASTIC_MAX_RESTARTS", num(c.max_restarts));
   set("TORCHELASTIC_RUN_ID", in.run_id);
   set("TORCHELASTIC_USE_AGENT_STORE", "True");

@@ -56,7 +56,9 @@ constexpr bool table_in_op_order() {
 }
 static_assert(table_in_op_order(), "kCommands rows must follow the Op enum");
 
-const CommandRow& row(Op op) { return kCommands[static_cast<size_t>(op)]; }
+const CommandRow& row(Op op) {
+  return kCommands[static_cast<size_t>(op)];
+}
 
 int opcode_of(Dialect d, const CommandRow& r) {
   return d == Dialect::kLegacy ? r.legacy_opcode : r.current_opcode;
@@ -77,8 +79,12 @@ struct OpcodeIndex {
 };
 const OpcodeIndex kIndex;
 
-DecodeResult need_more() { return {DecodeStatus::kNeedMore, 0, {}}; }
-DecodeResult bad(std::string why) { return {DecodeStatus::kBad, 0, std::move(why)}; }
+DecodeResult need_more() {
+  return {DecodeStatus::kNeedMore, 0, {}};
+}
+DecodeResult bad(std::string why) {
+  return {DecodeStatus::kBad, 0, std::move(why)};
+}
 
 std::string over_limit(std::string_view what, uint64_t n, std::string_view flag, uint64_t max) {
   return std::string(what) + " of " + std::to_string(n) + " exceeds " + std::string(flag) + " (" +
@@ -133,7 +139,9 @@ std::string_view dialect_name(Dialect d) {
   return d == Dialect::kLegacy ? "legacy (PyTorch 1.13/2.0)" : "current (PyTorch 2.2+)";
 }
 
-std::string_view op_name(Op op) { return row(op).name; }
+std::string_view op_name(Op op) {
+  return row(op).name;
+}
 
 std::optional<Op> op_from_wire(Dialect d, uint8_t opcode) {
   int v = d == Dialect::kLegacy ? kIndex.legacy[opcode] : kIndex.current[opcode];

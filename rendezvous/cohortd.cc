@@ -16,7 +16,8 @@
 namespace cohort::rdzv {
 
 int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
-  CLI::App app{"cohortd: a rendezvous store, wire-compatible with PyTorch's TCPStore (1.13 and 2.x)"};
+  CLI::App app{
+      "cohortd: a rendezvous store, wire-compatible with PyTorch's TCPStore (1.13 and 2.x)"};
   auto& s = config->server;
   app.add_option("--host", s.host, "Address to listen on (IPv4, IPv6 or name)")
       ->capture_default_str();

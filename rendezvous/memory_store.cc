@@ -74,8 +74,7 @@ bool MemoryStore::check(std::span<const std::string> keys) {
   return true;
 }
 
-void MemoryStore::wait_locked(std::unique_lock<std::mutex>& lock,
-                              std::span<const std::string> keys,
+void MemoryStore::wait_locked(std::unique_lock<std::mutex>& lock, std::span<const std::string> keys,
                               std::chrono::milliseconds timeout) {
   auto all_present = [&] {
     for (const auto& k : keys)
@@ -86,9 +85,9 @@ void MemoryStore::wait_locked(std::unique_lock<std::mutex>& lock,
     std::string missing;
     for (const auto& k : keys)
       if (!data_.contains(k)) missing += (missing.empty() ? "" : ", ") + k;
-    throw StoreTimeoutError("wait timed out after " + std::to_string(timeout.count()) +
-                                " ms; keys not set: " + missing,
-                            missing, "memory");
+    throw StoreTimeoutError(
+        "wait timed out after " + std::to_string(timeout.count()) + " ms; keys not set: " + missing,
+        missing, "memory");
   }
 }
 

@@ -10,8 +10,7 @@ constexpr size_t kMinReadSpace = 4 * 1024;
 
 }  // namespace
 
-ProtocolHandler::ProtocolHandler(StoreState& state, const StoreServerOptions& options,
-                                 SessionId id)
+ProtocolHandler::ProtocolHandler(StoreState& state, const StoreServerOptions& options, SessionId id)
     : state_(state), options_(options), id_(id) {
   in_.resize(kInitialBuffer);
 }
@@ -29,7 +28,9 @@ std::span<uint8_t> ProtocolHandler::read_space() {
   return {in_.data() + end_, in_.size() - end_};
 }
 
-void ProtocolHandler::commit(size_t n) { end_ += n; }
+void ProtocolHandler::commit(size_t n) {
+  end_ += n;
+}
 
 bool ProtocolHandler::process() {
   while (begin_ < end_) {
@@ -127,8 +128,7 @@ bool ProtocolHandler::dispatch(const Request& req) {
           waiting_ = true;
           return true;
         case StoreState::WaitResult::kTooManyWaiters:
-          *why = "parked waits exceed --max-waiters (" +
-                 std::to_string(options_.max_waiters) + ")";
+          *why = "parked waits exceed --max-waiters (" + std::to_string(options_.max_waiters) + ")";
           return false;
       }
       return true;

@@ -133,8 +133,9 @@ class StoreServer::Impl final : public SessionHost,
       ++stats_.refused;
       auto now = std::chrono::steady_clock::now();
       if (now - last_refusal_log_ > std::chrono::seconds(1)) {
-        log_->warn("refusing connections: {} open reaches --max-connections ({}); {} refused so far",
-                   sessions_.size(), options_.max_connections, stats_.refused);
+        log_->warn(
+            "refusing connections: {} open reaches --max-connections ({}); {} refused so far",
+            sessions_.size(), options_.max_connections, stats_.refused);
         last_refusal_log_ = now;
       }
       std::error_code ignored;
@@ -173,12 +174,22 @@ StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options)
   impl_->start();
 }
 
-StoreServer::~StoreServer() { impl_->stop(); }
+StoreServer::~StoreServer() {
+  impl_->stop();
+}
 
-uint16_t StoreServer::port() const { return impl_->port(); }
-std::string StoreServer::address() const { return impl_->address(); }
-void StoreServer::stop() { impl_->stop(); }
-StoreServerStats StoreServer::stats() const { return impl_->stats(); }
+uint16_t StoreServer::port() const {
+  return impl_->port();
+}
+std::string StoreServer::address() const {
+  return impl_->address();
+}
+void StoreServer::stop() {
+  impl_->stop();
+}
+StoreServerStats StoreServer::stats() const {
+  return impl_->stats();
+}
 
 // ---- StoreServerThread ----------------------------------------------------------------------
 

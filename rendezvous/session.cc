@@ -14,7 +14,9 @@ Session::Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, 
       peer_(std::move(peer)),
       handler_(host.state(), host.options(), id) {}
 
-void Session::start() { do_read(); }
+void Session::start() {
+  do_read();
+}
 
 void Session::stop() {
   if (closed_) return;
@@ -32,10 +34,9 @@ void Session::do_read() {
   if (closed_ || read_in_flight_ || backlogged()) return;
   std::span<uint8_t> space = handler_.read_space();
   read_in_flight_ = true;
-  socket_.async_read_some(asio::buffer(space.data(), space.size()),
-                          [self = shared_from_this()](std::error_code ec, size_t n) {
-                            self->on_read(ec, n);
-                          });
+  socket_.async_read_some(
+      asio::buffer(space.data(), space.size()),
+      [self = shared_from_this()](std::error_code ec, size_t n) { self->on_read(ec, n); });
 }
 
 void Session::on_read(std::error_code ec, size_t n) {

@@ -49,7 +49,8 @@ std::vector<std::string> expand_group(const std::string& group, const std::strin
   size_t start = 0;
   while (start <= group.size()) {
     size_t comma = group.find(',', start);
-    std::string item = group.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string item =
+        group.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     auto dash = item.find('-');
     std::string lo = item.substr(0, dash);
     std::string hi = dash == std::string::npos ? lo : item.substr(dash + 1);
@@ -93,7 +94,8 @@ std::vector<std::string> expand_hostlist(const std::string& text, size_t max_hos
     size_t i = 0;
     while (i < entry.size()) {
       size_t open = entry.find('[', i);
-      std::string literal = entry.substr(i, open == std::string::npos ? std::string::npos : open - i);
+      std::string literal =
+          entry.substr(i, open == std::string::npos ? std::string::npos : open - i);
       for (auto& p : partial) p += literal;
       if (open == std::string::npos) break;
       size_t close = entry.find(']', open);
@@ -114,7 +116,8 @@ std::vector<std::string> expand_hostlist(const std::string& text, size_t max_hos
       if (p.empty()) throw bad(text, "empty host name");
       hosts.push_back(std::move(p));
     }
-    if (hosts.size() > max_hosts) throw bad(text, "more than " + std::to_string(max_hosts) + " hosts");
+    if (hosts.size() > max_hosts)
+      throw bad(text, "more than " + std::to_string(max_hosts) + " hosts");
   }
   return hosts;
 }
@@ -124,11 +127,13 @@ std::vector<int> expand_counts(const std::string& text) {
   size_t start = 0;
   while (start < text.size()) {
     size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     int repeat = 1;
     auto paren = item.find("(x");
     if (paren != std::string::npos) {
-      if (item.back() != ')') throw std::invalid_argument("counts '" + text + "': bad '" + item + "'");
+      if (item.back() != ')')
+        throw std::invalid_argument("counts '" + text + "': bad '" + item + "'");
       repeat = to_int("repeat", item.substr(paren + 2, item.size() - paren - 3));
       item = item.substr(0, paren);
     }
@@ -160,11 +165,13 @@ std::optional<SlurmEnv> SlurmEnv::from_env(const std::map<std::string, std::stri
   auto num = s.step_id ? get("SLURM_STEP_NUM_NODES") : std::nullopt;
   if (!num) num = get("SLURM_JOB_NUM_NODES");
   if (!num) num = get("SLURM_NNODES");
-  s.num_nodes = num ? to_int("SLURM_JOB_NUM_NODES", *num) : static_cast<int>(std::max<size_t>(1, s.nodes.size()));
+  s.num_nodes = num ? to_int("SLURM_JOB_NUM_NODES", *num)
+                    : static_cast<int>(std::max<size_t>(1, s.nodes.size()));
   if (auto v = get("SLURM_PROCID")) s.procid = to_int("SLURM_PROCID", *v);
   if (auto v = get("SLURM_LOCALID")) s.localid = to_int("SLURM_LOCALID", *v);
   if (auto v = get("SLURM_NTASKS")) s.ntasks = to_int("SLURM_NTASKS", *v);
-  if (auto v = get("SLURM_NTASKS_PER_NODE")) s.ntasks_per_node = to_int("SLURM_NTASKS_PER_NODE", *v);
+  if (auto v = get("SLURM_NTASKS_PER_NODE"))
+    s.ntasks_per_node = to_int("SLURM_NTASKS_PER_NODE", *v);
   if (auto v = get("SLURM_GPUS_ON_NODE")) s.gpus_on_node = to_int("SLURM_GPUS_ON_NODE", *v);
   if (auto v = get("SLURM_LAUNCH_NODE_IPADDR")) s.launch_node_ip = *v;
   return s;
@@ -174,7 +181,9 @@ std::string SlurmEnv::run_id() const {
   return "slurm-" + std::to_string(job_id) + "-" + (step_id ? std::to_string(*step_id) : "batch");
 }
 
-int SlurmEnv::derived_port() const { return 20000 + static_cast<int>(job_id % 40000); }
+int SlurmEnv::derived_port() const {
+  return 20000 + static_cast<int>(job_id % 40000);
+}
 
 std::string SlurmEnv::master_address() const {
   if (nodes.empty()) {
@@ -187,7 +196,8 @@ std::string SlurmEnv::master_address() const {
   addrinfo* res = nullptr;
   if (::getaddrinfo(nodes.front().c_str(), nullptr, &hints, &res) == 0 && res != nullptr) {
     char buf[NI_MAXHOST];
-    int rc = ::getnameinfo(res->ai_addr, res->ai_addrlen, buf, sizeof(buf), nullptr, 0, NI_NUMERICHOST);
+    int rc =
+        ::getnameinfo(res->ai_addr, res->ai_addrlen, buf, sizeof(buf), nullptr, 0, NI_NUMERICHOST);
     ::freeaddrinfo(res);
     if (rc == 0) return buf;
   }

@@ -35,7 +35,8 @@ StoreState::StoreState(StoreListener* listener, size_t max_waiters)
 
 bool StoreState::exists(std::string_view key) const {
   if (data_.find(key) != data_.end()) return true;
-  auto q = queues_.find(key);  // a non-empty queue satisfies CHECK and WAIT, as in PyTorch's libuv store
+  auto q =
+      queues_.find(key);  // a non-empty queue satisfies CHECK and WAIT, as in PyTorch's libuv store
   return q != queues_.end() && !q->second.empty();
 }
 
@@ -152,7 +153,8 @@ void StoreState::unregister(SessionId session, const PendingWait& w) {
     // Short lists are cleaned at once; long ones (a storm of waiters on one key) lazily, so that
     // many cancellations cost linear rather than quadratic time.
     if (kw.list.size() <= 64) {
-      std::erase_if(kw.list, [&](const auto& e) { return e.first == session && e.second == w.seq; });
+      std::erase_if(kw.list,
+                    [&](const auto& e) { return e.first == session && e.second == w.seq; });
     } else if (++kw.stale > kw.list.size() / 2) {
       std::erase_if(kw.list, [&](const auto& e) {
         auto wi = waits_.find(e.first);
@@ -204,7 +206,8 @@ void StoreState::wake(std::string_view key, bool only_one) {
 
 void StoreState::watch(SessionId session, std::string_view key) {
   auto it = watchers_by_key_.find(key);
-  if (it == watchers_by_key_.end()) it = watchers_by_key_.emplace(key, std::vector<SessionId>{}).first;
+  if (it == watchers_by_key_.end())
+    it = watchers_by_key_.emplace(key, std::vector<SessionId>{}).first;
   it->second.push_back(session);
   watched_keys_[session].emplace_back(key);
 }

@@ -73,8 +73,7 @@ std::string strip_brackets(const std::string& host) {
 }
 
 TcpConnection TcpConnection::connect(const std::string& host_in, int port,
-                                     Clock::time_point deadline,
-                                     const std::atomic<bool>* abandon) {
+                                     Clock::time_point deadline, const std::atomic<bool>* abandon) {
   std::string host = strip_brackets(host_in);
   std::string last_error = "no attempt made";
   auto backoff = std::chrono::milliseconds(10);

@@ -155,15 +155,17 @@ auto TcpStore::call(bool idempotent, std::string_view op, std::string_view key, 
       }
     } catch (const ReplyTimeout&) {
       drop_connection_locked();  // the reply may still come; this stream can no longer be trusted
-      throw StoreTimeoutError(std::string(op) + " of '" + std::string(key) + "' got no reply from " +
-                                  address_ + " within " + std::to_string(options_.timeout.count()) +
-                                  " ms",
+      throw StoreTimeoutError(std::string(op) + " of '" + std::string(key) +
+                                  "' got no reply from " + address_ + " within " +
+                                  std::to_string(options_.timeout.count()) + " ms",
                               std::string(key), address_);
     }
   }
 }
 
-std::string TcpStore::describe() const { return "tcp://" + address_; }
+std::string TcpStore::describe() const {
+  return "tcp://" + address_;
+}
 
 std::chrono::milliseconds TcpStore::timeout() const {
   std::lock_guard lock(mu_);
@@ -177,8 +179,9 @@ void TcpStore::set_timeout(std::chrono::milliseconds timeout) {
 
 void TcpStore::set(std::string_view key, std::string_view value) {
   call(true, "set", key, [&](Connection& c, Clock::time_point deadline) {
-    c.conn.send_all(RequestBuilder(wire_dialect(options_.dialect)).op(Op::kSet).key(key).value(value).bytes(),
-                    deadline);
+    c.conn.send_all(
+        RequestBuilder(wire_dialect(options_.dialect)).op(Op::kSet).key(key).value(value).bytes(),
+        deadline);
   });
 }
 
@@ -216,13 +219,13 @@ std::string TcpStore::compare_set(std::string_view key, std::string_view expecte
 }
 
 bool TcpStore::check(std::span<const std::string> keys) {
-  return call(true, "check", keys.empty() ? "" : keys[0],
-              [&](Connection& c, Clock::time_point deadline) {
-                c.conn.send_all(
-                    RequestBuilder(wire_dialect(options_.dialect)).op(Op::kCheck).keys(keys).bytes(),
-                    deadline);
-                return c.conn.read_u8(deadline) == rdzv::kCheckReady;
-              });
+  return call(
+      true, "check", keys.empty() ? "" : keys[0], [&](Connection& c, Clock::time_point deadline) {
+        c.conn.send_all(
+            RequestBuilder(wire_dialect(options_.dialect)).op(Op::kCheck).keys(keys).bytes(),
+            deadline);
+        return c.conn.read_u8(deadline) == rdzv::kCheckReady;
+      });
 }
 
 void TcpStore::wait_locked(Connection& c, std::span<const std::string> keys,
@@ -260,15 +263,14 @@ void TcpStore::wait_locked(Connection& c, std::span<const std::string> keys,
     drop_connection_locked();
   }
   if (satisfied_late) return;
-  throw StoreTimeoutError("wait timed out after " + std::to_string(timeout.count()) +
-                              " ms on " + address_ + "; keys not all set: " + join_keys(keys),
+  throw StoreTimeoutError("wait timed out after " + std::to_string(timeout.count()) + " ms on " +
+                              address_ + "; keys not all set: " + join_keys(keys),
                           keys.empty() ? "" : keys[0], address_);
 }
 
 void TcpStore::wait(std::span<const std::string> keys, std::chrono::milliseconds timeout) {
-  call(true, "wait", keys.empty() ? "" : keys[0], [&](Connection& c, Clock::time_point) {
-    wait_locked(c, keys, timeout);
-  });
+  call(true, "wait", keys.empty() ? "" : keys[0],
+       [&](Connection& c, Clock::time_point) { wait_locked(c, keys, timeout); });
 }
 
 bool TcpStore::delete_key(std::string_view key) {
@@ -325,7 +327,8 @@ void TcpStore::multi_set(std::span<const std::string> keys, std::span<const std:
            for (const auto& v : values) b.value(v);
            b.into(&bytes);
          } else {
-           for (size_t i = 0; i < keys.size(); ++i) b.op(Op::kSet).key(keys[i]).value(values[i]).into(&bytes);
+           for (size_t i = 0; i < keys.size(); ++i)
+             b.op(Op::kSet).key(keys[i]).value(values[i]).into(&bytes);
          }
          c.conn.send_all(bytes, deadline);
        });

@@ -126,8 +126,8 @@ class Subprocess {
  private:
   static bool read_some(int fd, std::string* into, std::chrono::steady_clock::time_point deadline) {
     for (;;) {
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline -
-                                                               std::chrono::steady_clock::now());
+      auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
       pollfd p{fd, POLLIN, 0};
       int rc = ::poll(&p, 1, static_cast<int>(left.count()));

@@ -17,9 +17,10 @@ std::optional<T> find(const std::vector<Action>& actions) {
   return std::nullopt;
 }
 
-RankAssignment assignment(int attempt, int nproc = 2) {
+RankAssignment assignment(int round, int nproc = 2, int restarts = -1) {
   RankAssignment a;
-  a.attempt = attempt;
+  a.round = round;
+  a.restart_count = restarts < 0 ? round : restarts;
   a.local_world_size = nproc;
   a.world_size = nproc;
   return a;
@@ -68,13 +69,15 @@ TEST(Agent, RestartsExactlyMaxRestartsTimes) {
     EXPECT_EQ(stop->signal, SIGTERM);
     auto pub = find<action::PublishFailure>(acts);
     ASSERT_TRUE(pub);
-    EXPECT_EQ(pub->attempt, attempt);
+    EXPECT_EQ(pub->round, attempt);
+    EXPECT_EQ(pub->restart_count, attempt);
     EXPECT_TRUE(agent.on_worker_exited(0, failure(0, -15)).empty());  // waits for the outcome
     Outcome o = outcome(Outcome::kFailed);
+    o.restarts = attempt + 1;  // what the publisher computes
     o.first_failure = failure(1, 3);
     acts = agent.on_outcome(attempt, o);
     if (auto r = find<action::Rendezvous>(acts)) {
-      EXPECT_EQ(r->attempt, attempt + 1);
+      EXPECT_EQ(r->after_round, attempt);
       ++rendezvous;
       continue;
     }
@@ -94,13 +97,40 @@ TEST(Agent, RemoteFailureStopsLocalWorkersWithoutCountingThemAsFailures) {
   Agent agent({1, std::chrono::seconds(30)});
   agent.start();
   agent.on_rendezvous_done(assignment(0));
-  auto acts = agent.on_outcome(0, outcome(Outcome::kFailed, 1));
+  Outcome o = outcome(Outcome::kFailed, 1);
+  o.restarts = 1;
+  auto acts = agent.on_outcome(0, o);
   ASSERT_TRUE(find<action::StopWorkers>(acts));
   EXPECT_FALSE(find<action::PublishFailure>(acts));
   agent.on_worker_exited(0, failure(0, -15));
   acts = agent.on_worker_exited(1, failure(1, -15));
   ASSERT_TRUE(find<action::Rendezvous>(acts));
-  EXPECT_EQ(agent.attempt(), 1);
+  // The next round's restart count comes from the rendezvous, not from the agent.
+  ASSERT_TRUE(find<action::StartWorkers>(agent.on_rendezvous_done(assignment(1, 2, 1))));
+  EXPECT_EQ(agent.round(), 1);
+  EXPECT_EQ(agent.restart_count(), 1);
+}
+
+TEST(Agent, RescaleStartsANewRoundWithoutSpendingARestart) {
+  Agent agent({0, std::chrono::seconds(30)});  // no restarts allowed at all
+  agent.start();
+  agent.on_rendezvous_done(assignment(0));
+  Outcome o = outcome(Outcome::kRescale, 2);
+  o.restarts = 0;
+  ASSERT_TRUE(find<action::StopWorkers>(agent.on_outcome(0, o)));
+  agent.on_worker_exited(0, failure(0, -15));
+  auto r = find<action::Rendezvous>(agent.on_worker_exited(1, failure(1, -15)));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->after_round, 0);
+  // A failure beyond the budget then ends the job.
+  agent.on_rendezvous_done(assignment(1, 2, 0));
+  agent.on_worker_exited(1, failure(1, 3));
+  agent.on_worker_exited(0, failure(0, -15));
+  Outcome f = outcome(Outcome::kFailed);
+  f.restarts = 1;
+  auto fin = find<action::Finish>(agent.on_outcome(1, f));
+  ASSERT_TRUE(fin);
+  EXPECT_EQ(fin->exit_code, 1);
 }
 
 TEST(Agent, StopGraceEndsInSigkill) {
@@ -163,7 +193,7 @@ TEST(Agent, StaleOutcomesAndUnknownWorkersAreIgnored) {
   agent.on_rendezvous_done(assignment(0));
   EXPECT_TRUE(agent.on_outcome(7, outcome(Outcome::kFailed)).empty());
   EXPECT_TRUE(agent.on_worker_exited(9, failure(9, 1)).empty());
-  EXPECT_TRUE(agent.on_rendezvous_done(assignment(3)).empty());
+  EXPECT_TRUE(agent.on_rendezvous_done(assignment(0)).empty());  // not a new round
 }
 
 }  // namespace

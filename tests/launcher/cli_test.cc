@@ -99,10 +99,12 @@ TEST(Cli, StreamSpecs) {
 }
 
 TEST(Cli, ValidationNamesWhatToUseInstead) {
-  auto dyn = parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "x"});
-  EXPECT_NE(validate(dyn.config).find("static"), std::string::npos);
+  auto dyn = parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--nnodes", "1:3", "x"});
+  EXPECT_TRUE(validate(dyn.config).empty()) << validate(dyn.config);
+  auto v2 = parse({"--rdzv-backend", "etcd-v2", "x"});
+  EXPECT_NE(validate(v2.config).find("etcd"), std::string::npos);
   auto elastic = parse({"--nnodes", "1:3", "x"});
-  EXPECT_NE(validate(elastic.config).find("fixed --nnodes"), std::string::npos);
+  EXPECT_NE(validate(elastic.config).find("--rdzv-backend c10d"), std::string::npos);
   auto rank = parse({"--nnodes", "2", "--node-rank", "5", "x"});
   EXPECT_NE(validate(rank.config).find("--node-rank 5"), std::string::npos);
   auto both = parse({"-m", "--no-python", "x"});
@@ -150,9 +152,9 @@ TEST(SlurmMode, DerivesTheJobShapeFromAStep) {
   ASSERT_EQ(p.result.exit_code, -1) << p.result.message;
   ASSERT_TRUE(p.config.slurm);
   std::map<std::string, std::string> env{
-      {"SLURM_JOB_ID", "1234"},        {"SLURM_STEP_ID", "0"},
-      {"SLURM_NODEID", "1"},           {"SLURM_STEP_NODELIST", "localhost,n2"},
-      {"SLURM_STEP_NUM_NODES", "2"},   {"SLURM_GPUS_ON_NODE", "4"},
+      {"SLURM_JOB_ID", "1234"},      {"SLURM_STEP_ID", "0"},
+      {"SLURM_NODEID", "1"},         {"SLURM_STEP_NODELIST", "localhost,n2"},
+      {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_GPUS_ON_NODE", "4"},
       {"SLURM_NTASKS_PER_NODE", "1"}};
   std::vector<std::string> notes;
   ASSERT_EQ(apply_slurm(&p.config, env, &notes), "");
@@ -170,8 +172,10 @@ TEST(SlurmMode, ExplicitFlagsWinAndTheBatchStepIsOneNode) {
   auto p = parse({"--nnodes", "slurm", "--nproc-per-node", "2", "--master-port", "5000",
                   "--rdzv-id", "mine", "train.py"});
   ASSERT_EQ(p.result.exit_code, -1) << p.result.message;
-  std::map<std::string, std::string> env{{"SLURM_JOB_ID", "9"}, {"SLURM_JOB_NODELIST", "n[1-3]"},
-                                         {"SLURM_JOB_NUM_NODES", "3"}, {"SLURM_NTASKS_PER_NODE", "8"}};
+  std::map<std::string, std::string> env{{"SLURM_JOB_ID", "9"},
+                                         {"SLURM_JOB_NODELIST", "n[1-3]"},
+                                         {"SLURM_JOB_NUM_NODES", "3"},
+                                         {"SLURM_NTASKS_PER_NODE", "8"}};
   std::vector<std::string> notes;
   ASSERT_EQ(apply_slurm(&p.config, env, &notes), "");
   EXPECT_EQ(p.config.max_nodes, 1);

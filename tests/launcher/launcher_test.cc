@@ -49,13 +49,14 @@ TEST_F(LauncherTest, TwoWorkersGetTorchrunsEnvironment) {
     EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "3");
     EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "job7");
     EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "True");
-    EXPECT_TRUE(std::regex_match(
-        env["TORCHELASTIC_ERROR_FILE"],
-        std::regex(dir_ + "/logs/job7_[a-z0-9_]+/attempt_0/" + std::to_string(rank) + "/error.json")))
+    EXPECT_TRUE(std::regex_match(env["TORCHELASTIC_ERROR_FILE"],
+                                 std::regex(dir_ + "/logs/job7_[a-z0-9_]+/attempt_0/" +
+                                            std::to_string(rank) + "/error.json")))
         << env["TORCHELASTIC_ERROR_FILE"];
     EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "1");
     EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
-    EXPECT_EQ(env["OMP_NUM_THREADS"], omp ? std::string(omp) : std::to_string(std::max(1, cores / 2)));
+    EXPECT_EQ(env["OMP_NUM_THREADS"],
+              omp ? std::string(omp) : std::to_string(std::max(1, cores / 2)));
     EXPECT_FALSE(env["COHORT_HEARTBEAT_FD"].empty());
   }
   EXPECT_FALSE(exists(worker_file(0, 1, "env")));
@@ -98,8 +99,9 @@ TEST_F(LauncherTest, ExitCodeRestartsExactlyMaxRestartsTimesAndLeavesNothing) {
 }
 
 TEST_F(LauncherTest, RestartedGroupThatSucceedsEndsWithZero) {
-  auto r = run(cohortrun({"--nproc-per-node", "2", "--max-restarts", "3"},
-                         test_worker({"--exit-code", "5", "--on-rank", "0", "--until-attempt", "2"})));
+  auto r =
+      run(cohortrun({"--nproc-per-node", "2", "--max-restarts", "3"},
+                    test_worker({"--exit-code", "5", "--on-rank", "0", "--until-attempt", "2"})));
   EXPECT_EQ(r.exit_code(), 0) << r.err;
   EXPECT_TRUE(exists(worker_file(1, 2, "env")));
   EXPECT_FALSE(exists(worker_file(1, 3, "env")));
@@ -151,7 +153,8 @@ TEST_F(LauncherTest, PythonExceptionWithoutErrorFileShowsItsTraceback) {
 
 TEST_F(LauncherTest, SigtermReachesTheWorkersAndSetsTheExitStatus) {
   Subprocess p(cohortrun({"--nproc-per-node", "2"}, test_worker({"--trap-term", "--sleep", "60"})));
-  ASSERT_TRUE(wait_for([&] { return exists(worker_file(0, 0, "pid")) && exists(worker_file(1, 0, "pid")); }, 20s));
+  ASSERT_TRUE(wait_for(
+      [&] { return exists(worker_file(0, 0, "pid")) && exists(worker_file(1, 0, "pid")); }, 20s));
   p.signal(SIGTERM);
   auto st = p.wait(20s);
   ASSERT_TRUE(st);
@@ -164,7 +167,8 @@ TEST_F(LauncherTest, SigtermReachesTheWorkersAndSetsTheExitStatus) {
 TEST_F(LauncherTest, Usr1IsForwardedAndTheJobCarriesOn) {
   Subprocess p(cohortrun({"--nproc-per-node", "2", "--signals-to-handle", "SIGTERM,SIGUSR1"},
                          test_worker({"--trap-usr1", "--sleep", "2"})));
-  ASSERT_TRUE(wait_for([&] { return exists(worker_file(0, 0, "pid")) && exists(worker_file(1, 0, "pid")); }, 20s));
+  ASSERT_TRUE(wait_for(
+      [&] { return exists(worker_file(0, 0, "pid")) && exists(worker_file(1, 0, "pid")); }, 20s));
   p.signal(SIGUSR1);
   ASSERT_TRUE(wait_for([&] { return exists(dir_ + "/0.usr1") && exists(dir_ + "/1.usr1"); }, 10s));
   auto st = p.wait(30s);
@@ -173,19 +177,23 @@ TEST_F(LauncherTest, Usr1IsForwardedAndTheJobCarriesOn) {
 }
 
 TEST_F(LauncherTest, SigkilledCohortrunLeavesNoWorkerBehind) {
-  Subprocess p(cohortrun({"--nproc-per-node", "2"}, test_worker({"--grandchild", "--sleep", "120"})));
-  ASSERT_TRUE(wait_for([&] { return worker_pids(0, 0).size() == 2 && worker_pids(1, 0).size() == 2; }, 20s));
+  Subprocess p(
+      cohortrun({"--nproc-per-node", "2"}, test_worker({"--grandchild", "--sleep", "120"})));
+  ASSERT_TRUE(wait_for(
+      [&] { return worker_pids(0, 0).size() == 2 && worker_pids(1, 0).size() == 2; }, 20s));
   std::vector<pid_t> pids = worker_pids(0, 0);
   for (pid_t q : worker_pids(1, 0)) pids.push_back(q);
   for (pid_t q : pids) ASSERT_TRUE(process_alive(q));
   p.signal(SIGKILL);
   ASSERT_TRUE(p.wait(5s));
   auto start = std::chrono::steady_clock::now();
-  EXPECT_TRUE(wait_for([&] {
-    for (pid_t q : pids)
-      if (process_alive(q)) return false;
-    return true;
-  }, 1000ms));
+  EXPECT_TRUE(wait_for(
+      [&] {
+        for (pid_t q : pids)
+          if (process_alive(q)) return false;
+        return true;
+      },
+      1000ms));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1000ms);
 }
 
@@ -234,8 +242,8 @@ TEST_F(LauncherTest, FailureOnOneNodeIsTheRootCauseOnBoth) {
   auto node = [&](int rank) {
     return cohortrun({"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", "1",
                       "--master-port", port},
-                     test_worker({"--exit-code", "9", "--on-rank", "1", "--stderr", "node one broke",
-                                  "--sleep", "60"}));
+                     test_worker({"--exit-code", "9", "--on-rank", "1", "--stderr",
+                                  "node one broke", "--sleep", "60"}));
   };
   Subprocess n0(node(0)), n1(node(1));
   auto s0 = n0.wait(60s), s1 = n1.wait(60s);
@@ -249,9 +257,9 @@ TEST_F(LauncherTest, FailureOnOneNodeIsTheRootCauseOnBoth) {
 
 TEST_F(LauncherTest, LogDirLayoutRedirectsAndTee) {
   std::string logs = dir_ + "/logs";
-  auto r = run(cohortrun({"--nproc-per-node", "2", "--log-dir", logs, "--tee", "0:3,1:0",
-                          "--redirects", "1:1"},
-                         test_worker({"--lines", "3"})));
+  auto r = run(cohortrun(
+      {"--nproc-per-node", "2", "--log-dir", logs, "--tee", "0:3,1:0", "--redirects", "1:1"},
+      test_worker({"--lines", "3"})));
   ASSERT_EQ(r.exit_code(), 0) << r.err;
   std::string run_dir;
   for (auto& e : std::filesystem::directory_iterator(logs)) run_dir = e.path();
@@ -281,9 +289,10 @@ TEST_F(LauncherTest, LocalRanksFilterKeepsOtherRanksOffTheConsole) {
 }
 
 TEST_F(LauncherTest, WorkerThatStopsBeatingIsDeclaredHungAndRestarted) {
-  auto r = run(cohortrun({"--nproc-per-node", "2", "--worker-hang-timeout", "0.5",
-                          "--max-restarts", "1", "--term-timeout", "1"},
-                         test_worker({"--beat", "3", "--hang", "--on-rank", "1", "--until-attempt", "1"})));
+  auto r = run(
+      cohortrun({"--nproc-per-node", "2", "--worker-hang-timeout", "0.5", "--max-restarts", "1",
+                 "--term-timeout", "1"},
+                test_worker({"--beat", "3", "--hang", "--on-rank", "1", "--until-attempt", "1"})));
   EXPECT_EQ(r.exit_code(), 0) << r.err;
   EXPECT_NE(r.err.find("hung: no heartbeat for 0.5 s"), std::string::npos) << r.err;
   EXPECT_TRUE(exists(worker_file(1, 1, "env")));
@@ -305,7 +314,12 @@ TEST_F(LauncherTest, UsageErrorsNameTheProblem) {
       {{"--nproc-per-node", "zero", "x"}, "--nproc-per-node must be"},
       {{"--nnodes", "0", "x"}, "--nnodes"},
       {{"--nnodes", "2:1", "x"}, "--nnodes"},
-      {{"--rdzv-backend", "c10d", "x"}, "static"},
+      {{"--rdzv-backend", "c10d", "x"}, "needs --rdzv-endpoint"},
+      {{"--rdzv-backend", "etcd-v2", "x"}, "not supported"},
+      {{"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:99999", "x"}, "port '99999'"},
+      {{"--rdzv-backend", "c10d", "--rdzv-endpoint", "[::1", "x"}, "without ']'"},
+      {{"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-conf", "bogus=1", "x"},
+       "unknown key 'bogus'"},
       {{"--nnodes", "2", "--node-rank", "2", "x"}, "--node-rank 2"},
       {{"--redirects", "7", "x"}, "--redirects"},
       {{"--no-such-flag", "x"}, "no-such-flag"},

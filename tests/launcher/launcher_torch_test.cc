@@ -56,8 +56,8 @@ TEST_F(LauncherTest, WorkerEnvironmentMatchesTorchrun) {
       if (k == "MASTER_PORT") {
         EXPECT_TRUE(std::regex_match(ce[k], std::regex("[0-9]+")));
       } else if (k == "TORCHELASTIC_ERROR_FILE") {
-        EXPECT_TRUE(std::regex_search(
-            ce[k], std::regex("/none_[a-z0-9_]+/attempt_0/" + std::to_string(rank) + "/error.json$")))
+        EXPECT_TRUE(std::regex_search(ce[k], std::regex("/none_[a-z0-9_]+/attempt_0/" +
+                                                        std::to_string(rank) + "/error.json$")))
             << ce[k];
       } else if (k == "OMP_NUM_THREADS" && std::thread::hardware_concurrency() != 2) {
         // torchrun's blanket 1 against cohortrun's cores / workers: equal only on 2 cores.
@@ -91,8 +91,8 @@ TEST_F(LauncherTest, TwoStaticNodesRunAGlooJob) {
   ::close(fd);
   std::string port = std::to_string(ntohs(a.sin_port));
   auto node = [&](int rank) {
-    return cohortrun({"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node",
-                      "1", "--master-addr", "127.0.0.1", "--master-port", port},
+    return cohortrun({"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", "1",
+                      "--master-addr", "127.0.0.1", "--master-port", port},
                      {kInterop + "gloo_worker.py"});
   };
   std::vector<std::string> env{"PYTHON_EXEC=" COHORT_TORCH_PYTHON};

@@ -53,7 +53,8 @@ class ErrorFileTest : public ::testing::Test {
 };
 
 TEST_F(ErrorFileTest, RecordFormat) {
-  write(R"({"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": "Traceback...", "timestamp": "1700000000"}}})");
+  write(
+      R"({"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": "Traceback...", "timestamp": "1700000000"}}})");
   auto c = read_error_file(path_);
   ASSERT_TRUE(c);
   EXPECT_EQ(c->message, "ValueError: boom");

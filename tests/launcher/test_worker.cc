@@ -81,20 +81,34 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--out") g_out = next();
-    else if (a == "--exit-code") exit_code = std::atoi(next().c_str());
-    else if (a == "--signal") sig = next();
-    else if (a == "--on-rank") on_rank = std::atoi(next().c_str());
-    else if (a == "--until-attempt") until_attempt = std::atoi(next().c_str());
-    else if (a == "--stderr") stderr_text = next();
-    else if (a == "--error-file") error_msg = next();
-    else if (a == "--grandchild") grandchild = true;
-    else if (a == "--lines") lines = std::atoi(next().c_str());
-    else if (a == "--sleep") sleep_s = std::atof(next().c_str());
-    else if (a == "--beat") beats = std::atoi(next().c_str());
-    else if (a == "--hang") hang = true;
-    else if (a == "--trap-term") trap_term = true;
-    else if (a == "--trap-usr1") trap_usr1 = true;
+    if (a == "--out")
+      g_out = next();
+    else if (a == "--exit-code")
+      exit_code = std::atoi(next().c_str());
+    else if (a == "--signal")
+      sig = next();
+    else if (a == "--on-rank")
+      on_rank = std::atoi(next().c_str());
+    else if (a == "--until-attempt")
+      until_attempt = std::atoi(next().c_str());
+    else if (a == "--stderr")
+      stderr_text = next();
+    else if (a == "--error-file")
+      error_msg = next();
+    else if (a == "--grandchild")
+      grandchild = true;
+    else if (a == "--lines")
+      lines = std::atoi(next().c_str());
+    else if (a == "--sleep")
+      sleep_s = std::atof(next().c_str());
+    else if (a == "--beat")
+      beats = std::atoi(next().c_str());
+    else if (a == "--hang")
+      hang = true;
+    else if (a == "--trap-term")
+      trap_term = true;
+    else if (a == "--trap-usr1")
+      trap_usr1 = true;
     else {
       std::fprintf(stderr, "cohort_test_worker: unknown argument %s\n", a.c_str());
       return 64;

@@ -13,10 +13,14 @@ inline std::string unhex(std::string_view hex) {
   int hi = -1;
   for (char ch : hex) {
     int v;
-    if (ch >= '0' && ch <= '9') v = ch - '0';
-    else if (ch >= 'a' && ch <= 'f') v = ch - 'a' + 10;
-    else if (ch >= 'A' && ch <= 'F') v = ch - 'A' + 10;
-    else continue;  // spaces and '|' separators
+    if (ch >= '0' && ch <= '9')
+      v = ch - '0';
+    else if (ch >= 'a' && ch <= 'f')
+      v = ch - 'a' + 10;
+    else if (ch >= 'A' && ch <= 'F')
+      v = ch - 'A' + 10;
+    else
+      continue;  // spaces and '|' separators
     if (hi < 0) {
       hi = v;
     } else {

@@ -45,8 +45,8 @@ class RawClient {
   }
 
   // Reads exactly n bytes; nullopt on EOF/reset or when the deadline passes first.
-  std::optional<std::string> read(size_t n, std::chrono::milliseconds timeout =
-                                                std::chrono::milliseconds(5000)) {
+  std::optional<std::string> read(
+      size_t n, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
     std::string out;
     auto deadline = std::chrono::steady_clock::now() + timeout;
     while (out.size() < n) {

@@ -56,23 +56,37 @@ TEST(StoreServer, AnswersThe113CaptureByteForByte) {
   c.send(unhex("05 0100000000000000 0200000000000000 2f6b"));  // WAIT [/k]
   EXPECT_EQ(hex(*c.read(1)), "00");
   c.send(unhex("02 0200000000000000 2f6b"));  // GET /k
-  EXPECT_EQ(hex(*c.read(10)), "0200000000000000" "7631");
+  EXPECT_EQ(hex(*c.read(10)),
+            "0200000000000000"
+            "7631");
   c.send(unhex("03 0400000000000000 2f636e74 0500000000000000"));
   EXPECT_EQ(hex(*c.read(8)), "0500000000000000");
   c.send(unhex("03 0400000000000000 2f636e74 feffffffffffffff"));
   EXPECT_EQ(hex(*c.read(8)), "0300000000000000");
   c.send(unhex("02 0400000000000000 2f636e74"));
-  EXPECT_EQ(hex(*c.read(9)), "0100000000000000" "33");
+  EXPECT_EQ(hex(*c.read(9)),
+            "0100000000000000"
+            "33");
   c.send(unhex("01 0200000000000000 2f6b 0200000000000000 7631 0200000000000000 7632"));
-  EXPECT_EQ(hex(*c.read(10)), "0200000000000000" "7632");
+  EXPECT_EQ(hex(*c.read(10)),
+            "0200000000000000"
+            "7632");
   c.send(unhex("01 0200000000000000 2f6b 0200000000000000 7a7a 0200000000000000 7633"));
-  EXPECT_EQ(hex(*c.read(10)), "0200000000000000" "7632");
+  EXPECT_EQ(hex(*c.read(10)),
+            "0200000000000000"
+            "7632");
   c.send(unhex("01 0600000000000000 2f6e6f6b6579 0300000000000000 657870 0300000000000000 646573"));
-  EXPECT_EQ(hex(*c.read(11)), "0300000000000000" "657870");
+  EXPECT_EQ(hex(*c.read(11)),
+            "0300000000000000"
+            "657870");
   c.send(unhex("01 0700000000000000 2f6e6f6b657932 0000000000000000 0300000000000000 646573"));
-  EXPECT_EQ(hex(*c.read(11)), "0300000000000000" "646573");
+  EXPECT_EQ(hex(*c.read(11)),
+            "0300000000000000"
+            "646573");
   c.send(unhex("06 06"));  // two pipelined GETNUMKEYS: init/, /k, /cnt, /nokey2
-  EXPECT_EQ(hex(*c.read(16)), "0400000000000000" "0400000000000000");
+  EXPECT_EQ(hex(*c.read(16)),
+            "0400000000000000"
+            "0400000000000000");
   c.send(unhex("08 0200000000000000 2f6b"));
   EXPECT_EQ(hex(*c.read(8)), "0100000000000000");
   c.send(unhex("08 0200000000000000 2f6b"));
@@ -99,7 +113,12 @@ TEST(StoreServer, WatchKeyNotifies113Watchers) {
   EXPECT_EQ(hex(*watcher.read(1)), "03");
   setter.send(unhex("00 0200000000000000 2f77 0300000000000000 6e6577"));
   EXPECT_EQ(hex(*watcher.read(30)),
-            "01" "0200000000000000" "2f77" "0000000000000000" "0300000000000000" "6e6577");
+            "01"
+            "0200000000000000"
+            "2f77"
+            "0000000000000000"
+            "0300000000000000"
+            "6e6577");
 }
 
 TEST(StoreServer, NewerDialectExactlyAsA2xClientSendsIt) {
@@ -108,31 +127,31 @@ TEST(StoreServer, NewerDialectExactlyAsA2xClientSendsIt) {
   // VALIDATE + PING(4242) in one buffer, as SendBuffer flushes them.
   c.send(unhex("00 cef7853c") + unhex("0d 92100000"));
   EXPECT_EQ(hex(*c.read(4)), "92100000");
-  c.send(unhex("01") + S("/k") + S("v1"));                       // SET
-  c.send(unhex("06 0100000000000000") + S("/k"));                // WAIT
+  c.send(unhex("01") + S("/k") + S("v1"));         // SET
+  c.send(unhex("06 0100000000000000") + S("/k"));  // WAIT
   EXPECT_EQ(hex(*c.read(1)), "00");
-  c.send(unhex("03") + S("/k"));                                 // GET
+  c.send(unhex("03") + S("/k"));  // GET
   EXPECT_EQ(*c.read(10), S("v1"));
-  c.send(unhex("03") + S("/missing"));                           // GET missing: empty (libuv)
+  c.send(unhex("03") + S("/missing"));  // GET missing: empty (libuv)
   EXPECT_EQ(*c.read(8), S(""));
-  c.send(unhex("04") + S("/n") + unhex("0700000000000000"));     // ADD 7
+  c.send(unhex("04") + S("/n") + unhex("0700000000000000"));  // ADD 7
   EXPECT_EQ(hex(*c.read(8)), "0700000000000000");
-  c.send(unhex("09") + S("/a") + S("ab"));                       // APPEND
+  c.send(unhex("09") + S("/a") + S("ab"));  // APPEND
   c.send(unhex("09") + S("/a") + S("cd"));
   c.send(unhex("0b 0200000000000000") + S("/m1") + S("x") + S("/m2") + S("yy"));  // MULTI_SET
-  c.send(unhex("0a 0300000000000000") + S("/a") + S("/m1") + S("/m2"));          // MULTI_GET
+  c.send(unhex("0a 0300000000000000") + S("/a") + S("/m1") + S("/m2"));           // MULTI_GET
   EXPECT_EQ(*c.read(8 + 4 + 8 + 1 + 8 + 2), S("abcd") + S("x") + S("yy"));
-  c.send(unhex("07"));                                           // GETNUMKEYS
+  c.send(unhex("07"));  // GETNUMKEYS
   EXPECT_EQ(hex(*c.read(8)), "0500000000000000");
-  c.send(unhex("05 0100000000000000") + S("/nope"));             // CHECK
+  c.send(unhex("05 0100000000000000") + S("/nope"));  // CHECK
   EXPECT_EQ(hex(*c.read(1)), "01");
-  c.send(unhex("08") + S("/n"));                                 // DELETE_KEY
+  c.send(unhex("08") + S("/n"));  // DELETE_KEY
   EXPECT_EQ(hex(*c.read(8)), "0100000000000000");
-  c.send(unhex("0e") + S("q") + S("one"));                       // QUEUE_PUSH
+  c.send(unhex("0e") + S("q") + S("one"));  // QUEUE_PUSH
   c.send(unhex("0e") + S("q") + S("two"));
-  c.send(unhex("10") + S("q"));                                  // QUEUE_LEN
+  c.send(unhex("10") + S("q"));  // QUEUE_LEN
   EXPECT_EQ(hex(*c.read(8)), "0200000000000000");
-  c.send(unhex("0f") + S("q"));                                  // QUEUE_POP: length, then value
+  c.send(unhex("0f") + S("q"));  // QUEUE_POP: length, then value
   EXPECT_EQ(*c.read(8 + 11), unhex("0200000000000000") + S("one"));
   c.send(unhex("0f") + S("empty"));
   EXPECT_EQ(hex(*c.read(8)), "0000000000000000");
@@ -161,7 +180,9 @@ TEST(StoreServer, RequestsAfterAParkedWaitKeepTheirOrder) {
   c.send(unhex("05 0100000000000000") + S("/k") + unhex("06"));
   EXPECT_TRUE(c.silent_for(100ms));
   setter.send(unhex("00") + S("/k") + S("v"));
-  EXPECT_EQ(hex(*c.read(9)), "00" "0100000000000000");
+  EXPECT_EQ(hex(*c.read(9)),
+            "00"
+            "0100000000000000");
 }
 
 TEST(StoreServer, HalfSentRequestDelaysNobodyElse) {

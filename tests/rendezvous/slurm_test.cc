@@ -90,13 +90,18 @@ TEST(Counts, RepetitionSyntax) {
 
 TEST(SlurmEnv, FromAStepOnTheSecondNode) {
   // As seen by rank 1 of `srun -N2 --ntasks-per-node=1` (shared/infra/REPORT.md §1).
-  std::map<std::string, std::string> env{
-      {"SLURM_JOB_ID", "41"},           {"SLURM_STEP_ID", "0"},
-      {"SLURM_NODEID", "1"},            {"SLURM_JOB_NODELIST", "n[1-2]"},
-      {"SLURM_STEP_NODELIST", "n[1-2]"}, {"SLURM_STEP_NUM_NODES", "2"},
-      {"SLURM_JOB_NUM_NODES", "2"},     {"SLURM_PROCID", "1"},
-      {"SLURM_LOCALID", "0"},           {"SLURM_NTASKS", "2"},
-      {"SLURM_NTASKS_PER_NODE", "1"},   {"SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1"}};
+  std::map<std::string, std::string> env{{"SLURM_JOB_ID", "41"},
+                                         {"SLURM_STEP_ID", "0"},
+                                         {"SLURM_NODEID", "1"},
+                                         {"SLURM_JOB_NODELIST", "n[1-2]"},
+                                         {"SLURM_STEP_NODELIST", "n[1-2]"},
+                                         {"SLURM_STEP_NUM_NODES", "2"},
+                                         {"SLURM_JOB_NUM_NODES", "2"},
+                                         {"SLURM_PROCID", "1"},
+                                         {"SLURM_LOCALID", "0"},
+                                         {"SLURM_NTASKS", "2"},
+                                         {"SLURM_NTASKS_PER_NODE", "1"},
+                                         {"SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1"}};
   auto s = SlurmEnv::from_env(env);
   ASSERT_TRUE(s);
   EXPECT_EQ(s->job_id, 41u);

@@ -57,8 +57,8 @@ TEST_F(StoreStateTest, AddParsesLikeStoll) {
 
 TEST_F(StoreStateTest, CompareSetAllFourCases) {
   st.set("k", "v1");
-  EXPECT_EQ(st.compare_set("k", "v1", "v2"), "v2");       // present, equal: written
-  EXPECT_EQ(st.compare_set("k", "zz", "v3"), "v2");       // present, different: current value
+  EXPECT_EQ(st.compare_set("k", "v1", "v2"), "v2");  // present, equal: written
+  EXPECT_EQ(st.compare_set("k", "zz", "v3"), "v2");  // present, different: current value
   EXPECT_EQ(*st.get("k"), "v2");
   EXPECT_EQ(st.compare_set("nokey", "exp", "des"), "exp");  // missing, non-empty expected: lies
   EXPECT_EQ(st.get("nokey"), nullptr);
@@ -110,7 +110,8 @@ TEST_F(StoreStateTest, CancelledAndDroppedWaitsAreNotWoken) {
 
 TEST_F(StoreStateTest, ManyCancellationsOnOneKeyStayConsistent) {
   // Beyond the eager-cleanup size, cancelled entries are compacted lazily.
-  for (SessionId s = 1; s <= 1000; ++s) ASSERT_EQ(st.wait(s, Keys{"k"}), StoreState::WaitResult::kParked);
+  for (SessionId s = 1; s <= 1000; ++s)
+    ASSERT_EQ(st.wait(s, Keys{"k"}), StoreState::WaitResult::kParked);
   for (SessionId s = 1; s <= 1000; s += 2) st.cancel_wait(s);
   // A session that cancelled waits again: only its new wait counts.
   ASSERT_EQ(st.wait(1, Keys{"k"}), StoreState::WaitResult::kParked);

@@ -202,7 +202,8 @@ TEST(TcpStoreInterrupt, WakesABlockedWaitAndTheStoreStaysUsable) {
     std::vector<std::string> keys{"never"};
     s.wait(keys, std::chrono::hours(1));
   });
-  while (server.stats().parked_waits == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (server.stats().parked_waits == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   s.interrupt();
   EXPECT_THROW(waiting.get(), StoreError);
   s.set("k", "v");

@@ -10,6 +10,17 @@
 // store() is namespaced by run id and restart count ("cohort/<run_id>/<restart>/"), so stale
 // attempts and co-located jobs never mix; root_store() is the raw store.
 //
+// The store: a TcpStore client of MASTER_ADDR:MASTER_PORT. Under cohortrun/torchrun the agent
+// hosts the server; for direct launches (Slurm, Open MPI, or torchrun with
+// TORCHELASTIC_USE_AGENT_STORE=False) rank 0 hosts one inside the Context, as PyTorch's env://
+// does. COHORT_STORE_DIALECT=torch113 selects PyTorch 1.13's wire dialect (a 1.13 torchrun's
+// store needs it); the default is the current one, which cohortd also speaks. Without any launcher
+// variables the Context is a world of one with an in-process store.
+//
+// Other variables: COHORT_TIMEOUT_S (collective and store deadline, seconds, default 1800),
+// COHORT_SOCKET_ADDR (the address this worker's TCP collectives listen on; default: the local
+// address that routes to MASTER_ADDR).
+//
 // Thread safety: the accessors are safe from any thread; the stores are safe for concurrent use.
 #pragma once
 
@@ -40,7 +51,12 @@ struct WorkerIdentity {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};  // COHORT_TIMEOUT_S
-  std::string source;  // "cohortrun", "torchrun", "slurm", "openmpi" or "single" (no launcher)
+  bool timeout_from_env = false;                                // COHORT_TIMEOUT_S was set
+  std::string source;  // "cohortrun", "torchrun", "env", "slurm", "openmpi" or "single"
+  // A direct launch: nobody else hosts the store, rank 0 does.
+  bool rank0_hosts_store = false;
+  std::string store_dialect = "current";  // "current" or "torch113" (COHORT_STORE_DIALECT)
+  std::string socket_addr;                // COHORT_SOCKET_ADDR, "" when unset
 
   // Parses `env`; throws cohort::Error naming the missing or malformed variable.
   static WorkerIdentity parse(const EnvMap& env);
@@ -51,6 +67,8 @@ class Context {
   // Parses the environment and connects to the store at MASTER_ADDR:MASTER_PORT.
   static Context from_env();
   static Context from_env(const EnvMap& env);
+  // A Context over an existing store (tests, embedders); `root` is shared, not copied.
+  static Context from_store(WorkerIdentity identity, std::shared_ptr<Store> root);
 
   Context(Context&&) noexcept;
   Context& operator=(Context&&) noexcept;
@@ -71,11 +89,17 @@ class Context {
   // The store without a namespace.
   Store& root_store();
 
+  // 0, 1, 2, ... on successive calls: ranks that create process groups in the same order get the
+  // same numbers, which name the groups' keys and shared-memory segments.
+  uint64_t next_group_id() { return next_group_id_++; }
+
  private:
   Context();
   WorkerIdentity id_;
-  std::unique_ptr<Store> root_;
+  std::shared_ptr<void> server_;  // the store server rank 0 hosts for a direct launch, or null
+  std::shared_ptr<Store> root_;
   std::unique_ptr<Store> scoped_;
+  uint64_t next_group_id_ = 0;
 };
 
 }  // namespace cohort

@@ -43,6 +43,26 @@ struct ProcessGroupOptions {
   // CPU group: reduce through POSIX shared memory between ranks on the same host. Off forces TCP
   // everywhere (tests use it to exercise the multi-host path on one machine).
   bool use_shared_memory = true;
+
+  // CPU group, TCP links: the address this rank listens on for peers on other hosts. Empty: from
+  // a Context, COHORT_SOCKET_ADDR or the local address that routes to MASTER_ADDR; otherwise
+  // 127.0.0.1 (enough when every "host" is on this machine, e.g. with use_shared_memory = false).
+  std::string listen_host;
+  // CPU group: names the shared-memory segments ("/cohort-<tag>-<token>-h<host>"). Empty: from a
+  // Context, "<run id>-<restart count>"; otherwise "pg".
+  std::string segment_tag;
+  // CPU group: bytes per rank and round in the shared-memory segment (rounded up to 4 KiB; 0 = 1
+  // MiB). Exists for tests, which make it tiny to exercise many rounds with small buffers. Every
+  // rank of a group must use the same value.
+  size_t shm_slot_bytes = 0;
+  // CPU group: allreduces up to this many bytes use the latency algorithms (one-barrier shared
+  // memory, direct TCP exchange); -1 = the defaults. Exists for tests and benchmarks. Every rank of
+  // a group must use the same value.
+  int64_t small_message_bytes = -1;
+
+  // NCCL group: the cudaStream_t collectives are ordered on (nullptr = the legacy default stream,
+  // which orders them after all earlier work of the device's blocking streams).
+  void* cuda_stream = nullptr;
 };
 
 class ProcessGroup {

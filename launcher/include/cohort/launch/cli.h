@@ -12,7 +12,7 @@
 namespace cohort::launch {
 
 struct CliResult {
-  int exit_code = -1;  // -1: go on and launch; otherwise exit with it (0 after --help)
+  int exit_code = -1;   // -1: go on and launch; otherwise exit with it (0 after --help)
   std::string message;  // printed by the caller (usage error or help text)
 };
 

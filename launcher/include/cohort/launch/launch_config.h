@@ -16,8 +16,8 @@ enum Streams : int { kNone = 0, kStdout = 1, kStderr = 2, kBoth = 3 };
 
 // "N" (every local rank) or "lr:N,lr:N" (per local rank), as torchrun's Std.
 struct StreamSpec {
-  int all = kNone;                  // used for local ranks not listed below
-  std::map<int, int> per_rank;      // local rank -> Streams
+  int all = kNone;              // used for local ranks not listed below
+  std::map<int, int> per_rank;  // local rank -> Streams
   int for_rank(int local_rank) const {
     auto it = per_rank.find(local_rank);
     return it == per_rank.end() ? all : it->second;

@@ -107,7 +107,9 @@ DecodeResult decode_request(Dialect d, std::span<const uint8_t> in, const Limits
 void encode_request(Dialect d, const Request& req, std::string* out);
 
 // ---- primitives, shared by the server's replies and the clients -----------------------------
-inline void put_u8(std::string* out, uint8_t v) { out->push_back(static_cast<char>(v)); }
+inline void put_u8(std::string* out, uint8_t v) {
+  out->push_back(static_cast<char>(v));
+}
 inline void put_u32(std::string* out, uint32_t v) {
   char b[4];
   std::memcpy(b, &v, 4);  // x86-64 and aarch64 are little-endian, as PyTorch assumes
@@ -118,7 +120,9 @@ inline void put_u64(std::string* out, uint64_t v) {
   std::memcpy(b, &v, 8);
   out->append(b, 8);
 }
-inline void put_i64(std::string* out, int64_t v) { put_u64(out, static_cast<uint64_t>(v)); }
+inline void put_i64(std::string* out, int64_t v) {
+  put_u64(out, static_cast<uint64_t>(v));
+}
 inline void put_bytes(std::string* out, std::string_view s) {
   put_u64(out, s.size());
   out->append(s);

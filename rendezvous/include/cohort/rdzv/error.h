@@ -2,8 +2,8 @@
 //
 // Every failure a caller can meet derives from cohort::Error, so a worker's top level can catch
 // one type, write its error file and exit. Messages name what failed (key, rank, operation), where
-// (server address) and why (elapsed time, limit). Pure-logic layers (codec, store state, agent state
-// machine) return values instead; see ../shared/STYLE.md "Error handling".
+// (server address) and why (elapsed time, limit). Pure-logic layers (codec, store state, agent
+// state machine) return values instead; see ../shared/STYLE.md "Error handling".
 #pragma once
 
 #include <stdexcept>

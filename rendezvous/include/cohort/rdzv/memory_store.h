@@ -39,7 +39,7 @@ class MemoryStore final : public Store {
   mutable std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::string, std::less<>> data_;  // guarded by mu_
-  std::chrono::milliseconds timeout_;                      // guarded by mu_
+  std::chrono::milliseconds timeout_;                     // guarded by mu_
 };
 
 }  // namespace cohort

@@ -35,6 +35,7 @@ class PrefixStore final : public Store {
   std::chrono::milliseconds timeout() const override;
   void set_timeout(std::chrono::milliseconds timeout) override;
   std::string describe() const override;
+  void interrupt() override { base_.interrupt(); }
 
  private:
   std::string full(std::string_view key) const;

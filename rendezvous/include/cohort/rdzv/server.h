@@ -23,18 +23,18 @@ class io_context;
 namespace cohort::rdzv {
 
 struct StoreServerOptions {
-  std::string host = "0.0.0.0";  // an IPv4 or IPv6 literal, or a name to resolve
-  uint16_t port = 29500;         // 0 picks a free port (see StoreServer::port())
-  Limits limits;                 // per request: key bytes, value bytes, keys
+  std::string host = "0.0.0.0";               // an IPv4 or IPv6 literal, or a name to resolve
+  uint16_t port = 29500;                      // 0 picks a free port (see StoreServer::port())
+  Limits limits;                              // per request: key bytes, value bytes, keys
   uint64_t max_request_bytes = 256ull << 20;  // one whole request (MULTI_SET can be large)
-  size_t max_connections = 100000;  // further connections are accepted and closed at once
-  size_t max_waiters = 1000000;     // parked WAITs; one more closes that connection
+  size_t max_connections = 100000;            // further connections are accepted and closed at once
+  size_t max_waiters = 1000000;               // parked WAITs; one more closes that connection
 };
 
 struct StoreServerStats {
-  size_t connections = 0;       // open now
-  uint64_t accepted = 0;        // since start
-  uint64_t refused = 0;         // closed at accept because of max_connections
+  size_t connections = 0;  // open now
+  uint64_t accepted = 0;   // since start
+  uint64_t refused = 0;    // closed at accept because of max_connections
   uint64_t closed_for_limit = 0;
   size_t parked_waits = 0;
   int64_t keys = 0;

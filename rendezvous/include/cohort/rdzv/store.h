@@ -34,7 +34,8 @@ class Store {
   // Throws StoreTimeoutError when it does not appear in time.
   virtual std::string get(std::string_view key) = 0;
 
-  // Adds `delta` to the decimal counter under `key` (a missing key counts as 0) and returns the sum.
+  // Adds `delta` to the decimal counter under `key` (a missing key counts as 0) and returns the
+  // sum.
   virtual int64_t add(std::string_view key, int64_t delta) = 0;
 
   // Atomically replaces the value of `key` with `desired` if it equals `expected` (an empty
@@ -71,6 +72,10 @@ class Store {
 
   // Where the store is, for messages: "tcp://127.0.0.1:29500", "memory", "prefix/ on tcp://...".
   virtual std::string describe() const = 0;
+
+  // Makes a call blocked in another thread (a long wait) fail promptly with StoreError; later
+  // calls work again. Safe from any thread. Stores without blocking I/O need not do anything.
+  virtual void interrupt() {}
 };
 
 }  // namespace cohort

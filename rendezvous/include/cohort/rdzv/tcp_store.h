@@ -69,9 +69,8 @@ class TcpStore final : public Store {
   // "host:port" of the server.
   const std::string& address() const { return address_; }
 
-  // Makes a call blocked in another thread (a long wait) fail promptly with StoreError, by
-  // shutting the connection down; the next call reconnects. Safe from any thread.
-  void interrupt();
+  // Shuts the connection down, so a blocked call fails at once; the next call reconnects.
+  void interrupt() override;
 
  private:
   class Connection;

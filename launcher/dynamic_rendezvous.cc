@@ -1,0 +1,247 @@
+#include "dynamic_rendezvous.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "round_ops.h"
+
+namespace cohort::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct RoundState {
+  int version = 0;
+  bool complete = false;
+  std::vector<std::string> participants;  // join order
+  std::string text;                       // as stored ("" when absent)
+};
+
+std::string state_key(int round) {
+  return "rdzv/round/" + std::to_string(round) + "/state";
+}
+std::string changed_key(int round, int version) {
+  return "rdzv/round/" + std::to_string(round) + "/changed/" + std::to_string(version);
+}
+
+std::string encode(const RoundState& s) {
+  return json{{"version", s.version},
+              {"status", s.complete ? "complete" : "joining"},
+              {"participants", s.participants}}
+      .dump();
+}
+
+RoundState decode(const std::string& text) {
+  RoundState s;
+  s.text = text;
+  if (text.empty()) return s;
+  try {
+    json j = json::parse(text);
+    s.version = j.at("version").get<int>();
+    s.complete = j.at("status").get<std::string>() == "complete";
+    s.participants = j.at("participants").get<std::vector<std::string>>();
+  } catch (const std::exception& e) {
+    throw StoreError(std::string("malformed rendezvous state: ") + e.what(), "", "");
+  }
+  return s;
+}
+
+RoundState load(Store& store, int round) {
+  std::vector<std::string> k{state_key(round)};
+  if (!store.check(k)) return {};
+  return decode(store.get(k[0]));
+}
+
+// Replaces `old` with `next` (version bumped); false when someone else changed it first.
+bool update(Store& store, int round, const RoundState& old, RoundState next) {
+  next.version = old.version + 1;
+  std::string text = encode(next);
+  if (store.compare_set(state_key(round), old.text, text) != text) return false;
+  store.set(changed_key(round, next.version), "1");
+  return true;
+}
+
+int current_round(Store& store) {
+  std::string v = store.compare_set("rdzv/current", "", "0");
+  try {
+    return std::stoi(v);
+  } catch (const std::exception&) {
+    throw StoreError("malformed rdzv/current '" + v + "'", "rdzv/current", "");
+  }
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+std::chrono::milliseconds left(Clock::time_point deadline) {
+  auto l = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return std::max(l, std::chrono::milliseconds(1));
+}
+
+// Waits for `key` until `deadline`; false on timeout.
+bool wait_key(Store& store, const std::string& key, Clock::time_point deadline) {
+  std::vector<std::string> k{key};
+  try {
+    store.wait(k, left(deadline));
+    return true;
+  } catch (const StoreTimeoutError&) {
+    return false;
+  }
+}
+
+std::chrono::milliseconds seconds(double s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000 + 0.5));
+}
+
+}  // namespace
+
+std::string parse_rdzv_conf(const std::string& text, DynamicConfig* c) {
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    if (eq == std::string::npos) return "--rdzv-conf: '" + item + "' is not key=value";
+    std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    double d;
+    try {
+      size_t used = 0;
+      d = std::stod(v, &used);
+      if (used != v.size() || d < 0) throw std::invalid_argument(v);
+    } catch (const std::exception&) {
+      if (k == "store_type" || k == "is_host") continue;  // torchrun's, not numbers
+      return "--rdzv-conf: " + k + "=" + v + " is not a number >= 0";
+    }
+    if (k == "join_timeout")
+      c->join_timeout = seconds(d);
+    else if (k == "last_call_timeout")
+      c->last_call_timeout = seconds(d);
+    else if (k == "close_timeout")
+      c->close_timeout = seconds(d);
+    else if (k == "keep_alive_interval")
+      c->keep_alive_interval = seconds(d);
+    else if (k == "keep_alive_max_attempt")
+      c->keep_alive_max_attempt = std::max(1, static_cast<int>(d));
+    else if (k == "timeout" || k == "read_timeout")
+      c->node_info_timeout = seconds(d);
+    else if (k == "heartbeat_timeout" || k == "store_type" || k == "is_host")
+      continue;
+    else
+      return "--rdzv-conf: unknown key '" + k + "'";
+  }
+  return {};
+}
+
+RankAssignment DynamicProtocol::join(Store& store, int after_round, NodeInfo self,
+                                     const std::function<void(int, NodeInfo*)>& on_rank_known) {
+  const auto join_deadline = Clock::now() + config_.join_timeout;
+  bool saw_min = false;
+  Clock::time_point min_seen;  // when this node first saw MIN participants
+  for (;;) {
+    if (Clock::now() >= join_deadline) {
+      throw StoreTimeoutError(
+          "rendezvous timed out after " + std::to_string(config_.join_timeout.count() / 1000) +
+              " s: fewer than " + std::to_string(config_.min_nodes) + " nodes joined (--nnodes " +
+              std::to_string(config_.min_nodes) + ":" + std::to_string(config_.max_nodes) + ")",
+          "", store.describe());
+    }
+    int round = current_round(store);
+    if (round <= after_round) {
+      // Our last round has ended but nobody has moved the job on yet: do it.
+      store.compare_set("rdzv/current", std::to_string(round), std::to_string(after_round + 1));
+      continue;
+    }
+    if (round_ops::outcome_of(store, round)) {
+      store.compare_set("rdzv/current", std::to_string(round), std::to_string(round + 1));
+      saw_min = false;
+      continue;
+    }
+    RoundState st = load(store, round);
+    const bool member = contains(st.participants, self.id);
+    const int n = static_cast<int>(st.participants.size());
+
+    if (st.complete) {
+      if (member) {
+        std::vector<std::string> sorted = st.participants;
+        std::sort(sorted.begin(), sorted.end());
+        self.node_rank =
+            static_cast<int>(std::find(sorted.begin(), sorted.end(), self.id) - sorted.begin());
+        if (on_rank_known) on_rank_known(self.node_rank, &self);
+        int restarts = round_ops::restarts_after(store, round - 1);
+        auto nodes =
+            round_ops::exchange_node_info(store, round, self, n, config_.node_info_timeout);
+        return assign_ranks(nodes, self.node_rank, round, restarts);
+      }
+      if (n < config_.max_nodes) {
+        // Room for us: end the running round so that everybody re-forms with us.
+        Outcome o;
+        o.kind = Outcome::kRescale;
+        o.restarts = round_ops::restarts_after(store, round - 1);
+        o.detail = "node " + self.id + " is waiting to join";
+        round_ops::publish_outcome(store, round, o);
+        continue;
+      }
+      // A full round: wait for it to end.
+      wait_key(store, keys::outcome(round), join_deadline);
+      continue;
+    }
+
+    if (!member) {
+      if (n >= config_.max_nodes) {  // cannot happen (MAX completes a round); be safe
+        wait_key(store, changed_key(round, st.version + 1), join_deadline);
+        continue;
+      }
+      RoundState next = st;
+      next.participants.push_back(self.id);
+      next.complete = n + 1 >= config_.max_nodes;
+      update(store, round, st, next);  // on a conflict the loop reads again
+      continue;
+    }
+
+    // A member of a joining round: complete it once the last call is over, else wait for news.
+    auto wake_at = join_deadline;
+    if (n >= config_.min_nodes) {
+      if (!saw_min) {
+        saw_min = true;
+        min_seen = Clock::now();
+      }
+      auto last_call_end = min_seen + config_.last_call_timeout;
+      if (Clock::now() >= last_call_end) {
+        RoundState next = st;
+        next.complete = true;
+        update(store, round, st, next);
+        continue;
+      }
+      wake_at = std::min(wake_at, last_call_end);
+    }
+    wait_key(store, changed_key(round, st.version + 1), wake_at);
+  }
+}
+
+std::string keep_alive_key(const std::string& node_id) {
+  return "rdzv/hb/" + node_id;
+}
+
+std::vector<std::string> LivenessMonitor::tick(Store& store,
+                                               const std::vector<std::string>& peers) {
+  store.add(keep_alive_key(self_), 1);
+  std::vector<std::string> lost;
+  auto now = Clock::now();
+  for (const auto& p : peers) {
+    if (p == self_) continue;
+    int64_t v = store.add(keep_alive_key(p), 0);
+    auto it = seen_.find(p);
+    if (it == seen_.end() || it->second.value != v) {
+      seen_[p] = {v, now};
+      continue;
+    }
+    if (now - it->second.since >= timeout_) lost.push_back(p);
+  }
+  return lost;
+}
+
+}  // namespace cohort::launch

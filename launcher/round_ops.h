@@ -1,0 +1,40 @@
+// The per-round bookkeeping every node agent does in the store, whichever rendezvous formed the
+// round: node records, the round's outcome (decided once, by compare_set), failure reports, the
+// success count and the exit barrier. Keys are those of keys:: in static_rendezvous.h, relative to
+// the run's prefix. Every function blocks; StoreBridge runs them on its thread.
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "cohort/rdzv/store.h"
+#include "failure.h"
+#include "static_rendezvous.h"
+
+namespace cohort::launch::round_ops {
+
+// Publishes `self` for `round` and waits (up to `timeout`) for the records of nodes 0..nnodes-1.
+// Throws StoreTimeoutError naming the node ranks that did not report.
+std::vector<NodeInfo> exchange_node_info(Store& store, int round, const NodeInfo& self, int nnodes,
+                                         std::chrono::milliseconds timeout);
+
+// The job's restart count after `round` ended: its outcome's count (0 before the first round).
+int restarts_after(Store& store, int round);
+
+// The outcome of `round`, if decided.
+std::optional<Outcome> outcome_of(Store& store, int round);
+
+// Stores this node's failures and tries to decide `round` as failed (restarts = restart_count+1).
+void publish_failure(Store& store, int round, int node_rank, int restart_count,
+                     const std::vector<WorkerFailure>& failures);
+// Counts this node as done; the last of `nnodes` decides `round` as succeeded.
+void publish_success(Store& store, int round, int node_rank, int nnodes);
+// Tries to decide `round` as `kind` (aborted, rescale, failed) with `detail`.
+void publish_outcome(Store& store, int round, Outcome outcome);
+// Every failure record nodes published for `round`.
+std::vector<WorkerFailure> collect_failures(Store& store, int round, int nnodes);
+// Counts this node out; with `wait_for_all`, waits (up to `timeout`) for all `nnodes`.
+void exit_barrier(Store& store, int round, int nnodes, bool wait_for_all,
+                  std::chrono::milliseconds timeout);
+
+}  // namespace cohort::launch::round_ops

@@ -1,0 +1,85 @@
+// libcohort workers under the real launcher (build/bin/cohortrun): a peer killed mid-run and a
+// worker that stops beating both make cohortrun restart the group, which then succeeds; an
+// uncaught exception reaches cohortrun's failure summary through the error file. Skipped while
+// cohortrun is not built.
+//
+// Launcher flags used: --nproc-per-node, --max-restarts, --worker-hang-timeout, --term-timeout,
+// --rdzv-id, --no-python.
+#include <gtest/gtest.h>
+
+#include "process_harness.h"
+
+namespace cohort::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool have_cohortrun() {
+  return ::access(COHORT_COHORTRUN, X_OK) == 0;
+}
+
+struct LauncherRun {
+  Child child;
+  std::string out;
+};
+
+LauncherRun cohortrun(const std::vector<std::string>& flags, const std::string& mode,
+                      const std::map<std::string, std::string>& env, const TempDir& dir) {
+  std::vector<std::string> argv = {COHORT_COHORTRUN};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.push_back("--no-python");
+  argv.push_back(COHORT_TEST_WORKER);
+  argv.push_back(mode);
+  LauncherRun r{spawn(argv, env, dir.path(), "cohortrun"), ""};
+  EXPECT_GT(r.child.pid, 0);
+  EXPECT_TRUE(wait_child(r.child, Clock::now() + std::chrono::seconds(120)));
+  r.out = r.child.stdout_text() + r.child.stderr_text();
+  return r;
+}
+
+int count(const std::string& s, const std::string& needle) {
+  int n = 0;
+  for (size_t p = s.find(needle); p != std::string::npos; p = s.find(needle, p + 1)) ++n;
+  return n;
+}
+
+TEST(UnderCohortrun, KilledPeerMakesTheGroupRestart) {
+  if (!have_cohortrun()) GTEST_SKIP() << COHORT_COHORTRUN << " is not built yet";
+  TempDir dir;
+  const std::string id = "rtkill" + std::to_string(::getpid());
+  LauncherRun r = cohortrun({"--nproc-per-node=3", "--max-restarts=1", "--rdzv-id=" + id}, "kill",
+                            {{"COHORT_TIMEOUT_S", "60"}}, dir);
+  EXPECT_TRUE(r.child.exited_with(0)) << r.out;
+  EXPECT_NE(r.out.find("SIGKILL"), std::string::npos) << r.out;
+  EXPECT_EQ(count(r.out, "OK rank"), 3) << r.out;  // the restarted group finished
+  EXPECT_TRUE(shm_entries(id).empty());
+}
+
+TEST(UnderCohortrun, WorkerThatStopsBeatingIsDetectedAndTheGroupRestarts) {
+  if (!have_cohortrun()) GTEST_SKIP() << COHORT_COHORTRUN << " is not built yet";
+  TempDir dir;
+  const std::string id = "rthang" + std::to_string(::getpid());
+  // The collective timeout (60 s) is far beyond the hang timeout (2 s): the restart comes from
+  // the heartbeats, not from the survivors' collective errors.
+  const auto t0 = Clock::now();
+  LauncherRun r = cohortrun({"--nproc-per-node=3", "--max-restarts=1", "--worker-hang-timeout=2",
+                             "--term-timeout=2", "--rdzv-id=" + id},
+                            "hang", {{"COHORT_TIMEOUT_S", "60"}}, dir);
+  EXPECT_TRUE(r.child.exited_with(0)) << r.out;
+  EXPECT_NE(r.out.find("hung"), std::string::npos) << r.out;
+  EXPECT_EQ(count(r.out, "OK rank"), 3) << r.out;
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(30));
+  EXPECT_TRUE(shm_entries(id).empty());
+}
+
+TEST(UnderCohortrun, UncaughtExceptionReachesTheFailureSummary) {
+  if (!have_cohortrun()) GTEST_SKIP() << COHORT_COHORTRUN << " is not built yet";
+  TempDir dir;
+  LauncherRun r =
+      cohortrun({"--nproc-per-node=1", "--log-dir=" + dir.path() + "/logs"}, "throw", {}, dir);
+  EXPECT_FALSE(r.child.exited_with(0));
+  EXPECT_NE(r.out.find("boom from the test worker"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace cohort::test

@@ -1,0 +1,85 @@
+// libcohort against real PyTorch 1.13 (COHORT_TORCH_PYTHON): the sampler's index lists on a
+// Fashion-MNIST-sized dataset, and a worker group started by torchrun itself (its agent hosts the
+// 1.13 TCPStore the Context connects to).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/sampler.h"
+#include "process_harness.h"
+
+namespace cohort {
+namespace {
+
+// A port that was free a moment ago (torchrun's static rendezvous needs a number, not 0).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+bool torch_available() {
+  const std::string cmd = std::string(COHORT_TORCH_PYTHON) + " -c 'import torch' 2>/dev/null";
+  return std::system(cmd.c_str()) == 0;
+}
+
+// Live comparison with /usr/bin/python3's torch for a full Fashion-MNIST-sized epoch.
+TEST(DistributedSamplerInterop, MatchesLivePyTorchOnLargeDatasets) {
+  const char* script =
+      "import sys\n"
+      "from torch.utils.data import DistributedSampler as D\n"
+      "s = D(range(60000), num_replicas=3, rank=2, shuffle=True, seed=2024)\n"
+      "s.set_epoch(11)\n"
+      "sys.stdout.write(' '.join(map(str, s)))\n";
+  const std::string cmd = std::string(COHORT_TORCH_PYTHON) + " -c \"" + script + "\" 2>/dev/null";
+  std::unique_ptr<FILE, int (*)(FILE*)> p(::popen(cmd.c_str(), "r"), ::pclose);
+  ASSERT_TRUE(p);
+  std::vector<size_t> want;
+  unsigned long v;
+  while (std::fscanf(p.get(), "%lu", &v) == 1) want.push_back(v);
+  if (want.empty()) GTEST_SKIP() << COHORT_TORCH_PYTHON << " cannot import torch";
+  DistributedSampler s(60000, 3, 2, true, 2024);
+  s.set_epoch(11);
+  EXPECT_EQ(s.indices(), want);
+}
+
+// torchrun --nproc_per_node=2 --no_python runtime_test_worker collectives: the Context parses
+// torchrun's environment and reaches the agent's 1.13 store with the 1.13 dialect.
+TEST(TorchrunInterop, WorkerGroupUnderTorchrun) {
+  if (!torch_available()) GTEST_SKIP() << COHORT_TORCH_PYTHON << " cannot import torch";
+  const std::string torchrun =
+      std::string(COHORT_TORCH_PYTHON).substr(0, std::string(COHORT_TORCH_PYTHON).rfind('/')) +
+      "/torchrun";
+  if (::access(torchrun.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << torchrun;
+  test::TempDir dir;
+  test::Child c = test::spawn(
+      // -r 1 -t 1: Debian's torchrun 1.13 on Python 3.11 crashes with the default -r 0
+      // (research/torch_protocol.md §3.1).
+      {torchrun, "--nproc_per_node=2", "--no_python", "--redirects=1", "--tee=1",
+       "--log_dir=" + dir.path() + "/logs", "--master_port=" + std::to_string(free_port()),
+       COHORT_TEST_WORKER, "collectives"},
+      {{"COHORT_STORE_DIALECT", "torch113"}, {"COHORT_TIMEOUT_S", "60"}, {"OMP_NUM_THREADS", "1"}},
+      dir.path(), "torchrun");
+  ASSERT_TRUE(test::wait_child(c, std::chrono::steady_clock::now() + std::chrono::seconds(120)))
+      << c.stderr_text();
+  EXPECT_TRUE(c.exited_with(0)) << c.stdout_text() << c.stderr_text();
+  const std::string out = c.stdout_text();
+  EXPECT_NE(out.find("OK rank 0"), std::string::npos) << out << c.stderr_text();
+  EXPECT_NE(out.find("OK rank 1"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace cohort

@@ -1,0 +1,150 @@
+// A worker program for the multi-process tests: a real process that reads its identity from the
+// environment (as under cohortrun or torchrun), joins a CPU process group through the store at
+// MASTER_ADDR:MASTER_PORT, and plays one scenario:
+//
+//   collectives   every collective against the serial reference; exit 0 iff all match
+//   kill          allreduces; rank $COHORT_TEST_VICTIM SIGKILLs itself before iteration
+//                 $COHORT_TEST_ITER; survivors print "BLAMED <rank> <ms>" and exit 3
+//   hang          the same, but the victim stops (pause()) instead of dying
+//   throw         throws std::runtime_error (error file through run_main)
+//   segv          dereferences a null pointer (error file through the signal handler)
+//   wait-go       rank $COHORT_TEST_WAITER waits for the file $COHORT_TEST_GO before creating
+//                 its group; then one allreduce (tests of peers that die during setup)
+//
+// On a restart (TORCHELASTIC_RESTART_COUNT > 0) kill/hang have no victim, so a launcher that
+// restarts the group sees the job succeed. Env knobs: COHORT_TEST_SHM=0 (TCP only),
+// COHORT_TEST_SLOT (shared-memory slot bytes), COHORT_TEST_ITERS (iterations, default 50).
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/cpu_process_group.h"
+#include "cohort/error_file.h"
+#include "collective_checks.h"
+
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
+
+cohort::ProcessGroupOptions options_from_env() {
+  cohort::ProcessGroupOptions o;
+  o.use_shared_memory = env_int("COHORT_TEST_SHM", 1) != 0;
+  o.shm_slot_bytes = static_cast<size_t>(env_int("COHORT_TEST_SLOT", 0));
+  return o;
+}
+
+int run_collectives(cohort::Context& ctx) {
+  auto pg = cohort::new_cpu_process_group(ctx, options_from_env());
+  auto failures = cohort::test::check_collectives(*pg);
+  // One large allreduce crosses several rounds of the default slot.
+  std::vector<float> big(3'000'001);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>((i + ctx.rank()) % 7);
+  pg->allreduce(std::span<float>(big), cohort::ReduceOp::kSum);
+  for (size_t i = 0; i < big.size(); ++i) {
+    float want = 0;
+    for (int r = 0; r < ctx.world_size(); ++r) want += static_cast<float>((i + r) % 7);
+    if (big[i] != want) {
+      failures.push_back("big allreduce element " + std::to_string(i) + ": got " +
+                         std::to_string(big[i]) + ", want " + std::to_string(want));
+      break;
+    }
+  }
+  for (const auto& f : failures) std::fprintf(stderr, "MISMATCH %s\n", f.c_str());
+  std::printf("%s rank %d\n", failures.empty() ? "OK" : "FAILED", ctx.rank());
+  return failures.empty() ? 0 : 1;
+}
+
+int run_victim(cohort::Context& ctx, bool hang) {
+  auto pg = cohort::new_cpu_process_group(ctx, options_from_env());
+  const int victim = ctx.restart_count() == 0 ? env_int("COHORT_TEST_VICTIM", 1) : -1;
+  const int at = env_int("COHORT_TEST_ITER", 5);
+  const int iters = env_int("COHORT_TEST_ITERS", 50);
+  std::vector<float> v(1 << 20, 1.0f);
+  for (int i = 0; i < iters; ++i) {
+    if (ctx.rank() == victim && i == at) {
+      if (hang) {
+        for (;;) ::pause();
+      }
+      ::kill(::getpid(), SIGKILL);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      pg->allreduce(std::span<float>(v), cohort::ReduceOp::kAvg);
+    } catch (const cohort::CollectiveError& e) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
+      std::printf("BLAMED %d %lld\n", e.missing_rank(), static_cast<long long>(ms));
+      std::fprintf(stderr, "%s\n", e.what());
+      std::fflush(stdout);
+      return 3;
+    }
+  }
+  std::printf("OK rank %d\n", ctx.rank());
+  return 0;
+}
+
+int run_wait_go(cohort::Context& ctx) {
+  const char* go = std::getenv("COHORT_TEST_GO");
+  if (go != nullptr && ctx.rank() == env_int("COHORT_TEST_WAITER", -1)) {
+    // Publish this rank's host identity as the group's setup would, so that the other ranks get
+    // as far as creating and joining the shared-memory segment before this one joins.
+    ctx.store().set("cpu_pg/0/host/" + std::to_string(ctx.rank()), cohort::default_host_identity());
+    struct stat st {};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (::stat(go, &st) != 0) {
+      if (std::chrono::steady_clock::now() > deadline) return 4;
+      std::this_thread::yield();
+    }
+  }
+  try {
+    auto pg = cohort::new_cpu_process_group(ctx, options_from_env());
+    std::vector<float> v(1000, 1.0f);
+    pg->allreduce(std::span<float>(v), cohort::ReduceOp::kSum);
+  } catch (const cohort::CollectiveError& e) {
+    std::printf("BLAMED %d 0\n", e.missing_rank());
+    std::fprintf(stderr, "%s\n", e.what());
+    return 3;
+  }
+  std::printf("OK rank %d\n", ctx.rank());
+  return 0;
+}
+
+}  // namespace
+
+// Not in the anonymous namespace: the error-file tests look for this frame by name.
+int worker_main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s collectives|kill|hang|throw|segv|wait-go\n", argv[0]);
+    return 2;
+  }
+  const std::string mode = argv[1];
+  if (mode == "throw") throw std::runtime_error("boom from the test worker");
+  if (mode == "segv") {
+    volatile int* p = nullptr;
+    *p = 1;
+  }
+  cohort::Context ctx = cohort::Context::from_env();
+  if (mode == "collectives") return run_collectives(ctx);
+  if (mode == "kill") return run_victim(ctx, false);
+  if (mode == "hang") return run_victim(ctx, true);
+  if (mode == "wait-go") return run_wait_go(ctx);
+  std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+  return 2;
+}
+
+int main(int argc, char** argv) {
+  return cohort::run_main(argc, argv, worker_main);
+}

@@ -1,0 +1,275 @@
+#include "cohort/context.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <string_view>
+
+#include "cohort/rdzv/memory_store.h"
+#include "cohort/rdzv/prefix_store.h"
+#include "cohort/rdzv/server.h"
+#include "cohort/rdzv/tcp_store.h"
+
+extern char** environ;
+
+namespace cohort {
+namespace {
+
+constexpr const char* kManualHint =
+    "cohortrun and torchrun set it; for a manual launch set RANK, LOCAL_RANK, WORLD_SIZE, "
+    "MASTER_ADDR and MASTER_PORT";
+
+const std::string* find(const EnvMap& env, const char* name) {
+  auto it = env.find(name);
+  return it == env.end() ? nullptr : &it->second;
+}
+
+[[noreturn]] void missing(const char* name, const std::string& hint) {
+  throw Error(std::string("cohort: environment variable ") + name + " is not set (" + hint + ")");
+}
+
+int parse_int(const char* name, const std::string& value, int min_value) {
+  int v = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || v < min_value) {
+    throw Error(std::string("cohort: environment variable ") + name + "='" + value +
+                "' is not an integer >= " + std::to_string(min_value));
+  }
+  return v;
+}
+
+int required_int(const EnvMap& env, const char* name, int min_value, const std::string& hint) {
+  const std::string* v = find(env, name);
+  if (v == nullptr) missing(name, hint);
+  return parse_int(name, *v, min_value);
+}
+
+int optional_int(const EnvMap& env, const char* name, int min_value, int fallback) {
+  const std::string* v = find(env, name);
+  return v == nullptr ? fallback : parse_int(name, *v, min_value);
+}
+
+// SLURM_TASKS_PER_NODE-style lists: "2(x3),1" -> the count for node `node`.
+int slurm_tasks_on_node(const char* name, const std::string& list, int node) {
+  int index = 0;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t end = list.find(',', pos);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(pos, end - pos);
+    int count = 0, repeat = 1;
+    const size_t paren = item.find("(x");
+    try {
+      if (paren == std::string::npos) {
+        count = parse_int(name, item, 1);
+      } else {
+        if (item.back() != ')') throw Error("");
+        count = parse_int(name, item.substr(0, paren), 1);
+        repeat = parse_int(name, item.substr(paren + 2, item.size() - paren - 3), 1);
+      }
+    } catch (const Error&) {
+      throw Error(std::string("cohort: environment variable ") + name + "='" + list +
+                  "' is not a Slurm task list such as 2(x3),1");
+    }
+    if (node < index + repeat) return count;
+    index += repeat;
+    pos = end + 1;
+  }
+  throw Error(std::string("cohort: environment variable ") + name + "='" + list +
+              "' has no entry for node " + std::to_string(node));
+}
+
+void parse_master(const EnvMap& env, WorkerIdentity& id, const std::string& hint) {
+  const std::string* addr = find(env, "MASTER_ADDR");
+  if (addr == nullptr || addr->empty()) missing("MASTER_ADDR", hint);
+  id.master_addr = *addr;
+  id.master_port = required_int(env, "MASTER_PORT", 1, hint);
+  if (id.master_port > 65535) {
+    throw Error("cohort: environment variable MASTER_PORT='" + env.at("MASTER_PORT") +
+                "' is not a port number (1..65535)");
+  }
+}
+
+void check_ranges(const WorkerIdentity& id, const char* rank_var, const char* world_var,
+                  const char* local_var, const char* local_world_var) {
+  if (id.world_size < 1) {
+    throw Error(std::string("cohort: environment variable ") + world_var + " must be >= 1");
+  }
+  if (id.rank >= id.world_size) {
+    throw Error(std::string("cohort: ") + rank_var + "=" + std::to_string(id.rank) +
+                " is not below " + world_var + "=" + std::to_string(id.world_size));
+  }
+  if (id.local_world_size < 1 || id.local_world_size > id.world_size) {
+    throw Error(std::string("cohort: ") + local_world_var + "=" +
+                std::to_string(id.local_world_size) + " must be in 1.." + world_var + "=" +
+                std::to_string(id.world_size));
+  }
+  if (id.local_rank >= id.local_world_size) {
+    throw Error(std::string("cohort: ") + local_var + "=" + std::to_string(id.local_rank) +
+                " is not below " + local_world_var + "=" + std::to_string(id.local_world_size));
+  }
+}
+
+StoreDialect dialect_of(const std::string& s) {
+  return s == "torch113" ? StoreDialect::kTorch113 : StoreDialect::kCurrent;
+}
+
+}  // namespace
+
+EnvMap current_env() {
+  EnvMap env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view kv(*e);
+    const size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+  }
+  return env;
+}
+
+WorkerIdentity WorkerIdentity::parse(const EnvMap& env) {
+  WorkerIdentity id;
+  if (find(env, "RANK") != nullptr || find(env, "WORLD_SIZE") != nullptr) {
+    // cohortrun, torchrun, or a manual env:// launch.
+    const std::string hint = kManualHint;
+    id.rank = required_int(env, "RANK", 0, hint);
+    id.world_size = required_int(env, "WORLD_SIZE", 1, hint);
+    id.local_rank = required_int(env, "LOCAL_RANK", 0, hint);
+    const int group_world = optional_int(env, "GROUP_WORLD_SIZE", 1, 1);
+    id.local_world_size =
+        optional_int(env, "LOCAL_WORLD_SIZE", 1, std::max(1, id.world_size / group_world));
+    id.group_rank = optional_int(env, "GROUP_RANK", 0, 0);
+    id.restart_count = optional_int(env, "TORCHELASTIC_RESTART_COUNT", 0, 0);
+    if (const std::string* v = find(env, "TORCHELASTIC_RUN_ID")) id.run_id = *v;
+    parse_master(env, id, hint);
+    const bool agent = find(env, "TORCHELASTIC_RUN_ID") != nullptr;
+    // cohortrun marks its workers with COHORT_AGENT_ID (and COHORT_HEARTBEAT_FD when it watches
+    // heartbeats).
+    const bool cohortrun =
+        find(env, "COHORT_AGENT_ID") != nullptr || find(env, "COHORT_HEARTBEAT_FD") != nullptr;
+    id.source = cohortrun ? "cohortrun" : agent ? "torchrun" : "env";
+    // torchrun's agent hosts the store when TORCHELASTIC_USE_AGENT_STORE=True; PyTorch's env://
+    // otherwise makes rank 0 host it.
+    const std::string* use_agent = find(env, "TORCHELASTIC_USE_AGENT_STORE");
+    id.rank0_hosts_store = !cohortrun && (use_agent == nullptr || *use_agent != "True");
+    check_ranges(id, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+  } else if (find(env, "SLURM_PROCID") != nullptr) {
+    const std::string hint =
+        "srun sets it; for a direct srun launch also set MASTER_ADDR and MASTER_PORT";
+    id.rank = required_int(env, "SLURM_PROCID", 0, hint);
+    id.local_rank = required_int(env, "SLURM_LOCALID", 0, hint);
+    id.world_size = find(env, "SLURM_NTASKS") != nullptr
+                        ? required_int(env, "SLURM_NTASKS", 1, hint)
+                        : required_int(env, "SLURM_NPROCS", 1, hint);
+    id.group_rank = optional_int(env, "SLURM_NODEID", 0, 0);
+    const char* tasks_var = find(env, "SLURM_STEP_TASKS_PER_NODE") != nullptr
+                                ? "SLURM_STEP_TASKS_PER_NODE"
+                                : "SLURM_TASKS_PER_NODE";
+    const std::string* tasks = find(env, tasks_var);
+    id.local_world_size =
+        tasks != nullptr ? slurm_tasks_on_node(tasks_var, *tasks, id.group_rank) : id.world_size;
+    id.run_id = "slurm";
+    if (const std::string* v = find(env, "SLURM_JOB_ID")) id.run_id += "-" + *v;
+    if (const std::string* v = find(env, "SLURM_STEP_ID")) id.run_id += "." + *v;
+    parse_master(env, id, hint);
+    id.source = "slurm";
+    id.rank0_hosts_store = true;
+    check_ranges(id, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", tasks_var);
+  } else if (find(env, "OMPI_COMM_WORLD_RANK") != nullptr) {
+    const std::string hint =
+        "mpirun sets it; for an mpirun launch also set MASTER_ADDR and "
+        "MASTER_PORT (e.g. mpirun -x MASTER_ADDR=... -x MASTER_PORT=...)";
+    id.rank = required_int(env, "OMPI_COMM_WORLD_RANK", 0, hint);
+    id.world_size = required_int(env, "OMPI_COMM_WORLD_SIZE", 1, hint);
+    id.local_rank = required_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0, hint);
+    id.local_world_size = required_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, hint);
+    id.group_rank = id.rank / id.local_world_size;  // Open MPI exports no node index
+    id.run_id = "openmpi";
+    if (const std::string* v = find(env, "OMPI_MCA_ess_base_jobid")) id.run_id += "-" + *v;
+    parse_master(env, id, hint);
+    id.source = "openmpi";
+    id.rank0_hosts_store = true;
+    check_ranges(id, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                 "OMPI_COMM_WORLD_LOCAL_SIZE");
+  } else {
+    id.source = "single";
+  }
+
+  if (const std::string* v = find(env, "COHORT_TIMEOUT_S")) {
+    double seconds = 0;
+    auto [ptr, ec] = std::from_chars(v->data(), v->data() + v->size(), seconds);
+    if (v->empty() || ec != std::errc() || ptr != v->data() + v->size() || !(seconds > 0) ||
+        !std::isfinite(seconds)) {
+      throw Error("cohort: environment variable COHORT_TIMEOUT_S='" + *v +
+                  "' is not a positive number of seconds");
+    }
+    id.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
+    id.timeout_from_env = true;
+  }
+  if (const std::string* v = find(env, "COHORT_STORE_DIALECT")) {
+    if (*v == "torch113" || *v == "1.13") {
+      id.store_dialect = "torch113";
+    } else if (*v == "current" || v->empty()) {
+      id.store_dialect = "current";
+    } else {
+      throw Error("cohort: environment variable COHORT_STORE_DIALECT='" + *v +
+                  "' is neither 'current' nor 'torch113'");
+    }
+  }
+  if (const std::string* v = find(env, "COHORT_SOCKET_ADDR")) id.socket_addr = *v;
+  return id;
+}
+
+Context::Context() = default;
+Context::Context(Context&&) noexcept = default;
+Context& Context::operator=(Context&&) noexcept = default;
+Context::~Context() = default;
+
+Context Context::from_env() {
+  return from_env(current_env());
+}
+
+Context Context::from_env(const EnvMap& env) {
+  WorkerIdentity id = WorkerIdentity::parse(env);
+  if (id.source == "single") {
+    auto store = std::make_shared<MemoryStore>(id.timeout);
+    return from_store(std::move(id), std::move(store));
+  }
+  std::shared_ptr<void> server;
+  if (id.rank0_hosts_store && id.rank == 0) {
+    rdzv::StoreServerOptions so;
+    so.host = "0.0.0.0";
+    so.port = static_cast<uint16_t>(id.master_port);
+    server = std::make_shared<rdzv::StoreServerThread>(so);
+  }
+  TcpStoreOptions options;
+  options.host = id.master_addr;
+  options.port = id.master_port;
+  options.dialect = dialect_of(id.store_dialect);
+  options.timeout = id.timeout_from_env ? id.timeout : std::chrono::minutes(5);
+  options.connect_timeout = options.timeout;
+  auto store = std::make_shared<TcpStore>(options);
+  Context ctx = from_store(std::move(id), std::move(store));
+  ctx.server_ = std::move(server);
+  return ctx;
+}
+
+Context Context::from_store(WorkerIdentity identity, std::shared_ptr<Store> root) {
+  Context ctx;
+  ctx.id_ = std::move(identity);
+  ctx.root_ = std::move(root);
+  ctx.scoped_ = std::make_unique<PrefixStore>(
+      "cohort/" + ctx.id_.run_id + "/" + std::to_string(ctx.id_.restart_count), *ctx.root_);
+  return ctx;
+}
+
+Store& Context::store() {
+  return *scoped_;
+}
+Store& Context::root_store() {
+  return *root_;
+}
+
+}  // namespace cohort

@@ -1,0 +1,79 @@
+#include "cohort/heartbeat.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+
+namespace cohort {
+namespace {
+
+// write() with SIGPIPE blocked on this thread, consuming a SIGPIPE the write raised, so that a
+// launcher that went away never kills the worker (pipes have no MSG_NOSIGNAL).
+ssize_t write_without_sigpipe(int fd, const void* buf, size_t len) {
+  sigset_t pipe_set, old_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  sigset_t pending;
+  sigpending(&pending);
+  const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+  ssize_t n;
+  do {
+    n = ::write(fd, buf, len);
+  } while (n < 0 && errno == EINTR);
+  const int saved = errno;
+  if (n < 0 && saved == EPIPE && !was_pending) {
+    const timespec zero{0, 0};
+    while (sigtimedwait(&pipe_set, nullptr, &zero) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+  errno = saved;
+  return n;
+}
+
+}  // namespace
+
+std::optional<int> heartbeat_fd_from_env(const EnvMap& env) {
+  auto it = env.find("COHORT_HEARTBEAT_FD");
+  if (it == env.end()) return std::nullopt;
+  int fd = -1;
+  const std::string& s = it->second;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), fd);
+  if (ec != std::errc() || ptr != s.data() + s.size() || fd < 0) return std::nullopt;
+  return fd;
+}
+
+HeartbeatWriter::HeartbeatWriter(int fd, std::chrono::nanoseconds min_interval)
+    : fd_(fd),
+      min_interval_ns_(min_interval.count()),
+      last_ns_(std::numeric_limits<int64_t>::min() / 2) {}
+
+bool HeartbeatWriter::beat(Clock::time_point now) {
+  if (fd_ < 0) return false;
+  const int64_t t =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  int64_t last = last_ns_.load(std::memory_order_relaxed);
+  do {
+    if (t - last < min_interval_ns_) return false;
+  } while (!last_ns_.compare_exchange_weak(last, t, std::memory_order_relaxed));
+  const char byte = 'b';
+  // EAGAIN: the launcher has not drained the pipe, it will see the earlier bytes. EPIPE/EBADF: no
+  // one is listening. Either way the worker carries on.
+  return write_without_sigpipe(fd_, &byte, 1) == 1;
+}
+
+void heartbeat() {
+  static HeartbeatWriter writer([] {
+    const char* v = std::getenv("COHORT_HEARTBEAT_FD");
+    if (v == nullptr) return -1;
+    return heartbeat_fd_from_env(EnvMap{{"COHORT_HEARTBEAT_FD", v}}).value_or(-1);
+  }());
+  writer.beat();
+}
+
+}  // namespace cohort
