@@ -1,7 +1,7 @@
-// Two real hosts on one machine: network namespaces (scripts/netns_up.sh, prefix cwrt, subnet
-// 10.78.0.0/24) with cohortd on node 1 and two workers per node. Each node's pair shares memory,
-// the nodes talk TCP (the hierarchical mode): every collective against the serial reference, and a
-// worker killed on node 2 named by everyone. Skipped unless root with iproute2.
+// Two real hosts on one machine: network namespaces (scripts/cluster/netns_up.sh, prefix cwrt,
+// subnet 10.79.0.0/24) with cohortd on node 1 and two workers per node. Each node's pair shares
+// memory, the nodes talk TCP (the hierarchical mode): every collective against the serial
+// reference, and a worker killed on node 2 named by everyone. Skipped unless root with iproute2.
 #include <sys/inotify.h>
 
 #include <gtest/gtest.h>
@@ -13,7 +13,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const char* const kEnv = "NETNS_CI_PREFIX=cwrt NETNS_CI_SUBNET=10.78.0 NETNS_CI_NODES=2";
+const char* const kEnv =
+    "COHORT_NETNS_PREFIX=cwrt COHORT_NETNS_SUBNET=10.79.0 COHORT_NETNS_NODES=2";
 
 class TwoHosts : public ::testing::Test {
  protected:
@@ -21,7 +22,8 @@ class TwoHosts : public ::testing::Test {
     if (::geteuid() != 0 || std::system("command -v ip >/dev/null 2>&1") != 0) {
       GTEST_SKIP() << "needs root and iproute2 for network namespaces";
     }
-    const std::string up = std::string(kEnv) + " " + COHORT_SCRIPTS + "/netns_up.sh >/dev/null";
+    const std::string up =
+        std::string(kEnv) + " " + COHORT_SCRIPTS + "/cluster/netns_up.sh >/dev/null";
     ASSERT_EQ(std::system(up.c_str()), 0) << up;
     up_ = true;
     // cohortd on node 1, its port written to a file once it listens.
@@ -29,7 +31,7 @@ class TwoHosts : public ::testing::Test {
     const int watch = ::inotify_init1(IN_CLOEXEC);
     ::inotify_add_watch(watch, dir_.path().c_str(), IN_MOVED_TO | IN_CLOSE_WRITE);
     store_ = spawn({"/usr/bin/env", "ip", "netns", "exec", "cwrt-n1", COHORT_COHORTD, "--host",
-                    "10.78.0.1", "--port", "0", "--port-file", port_file},
+                    "10.79.0.1", "--port", "0", "--port-file", port_file},
                    {}, dir_.path(), "cohortd");
     const auto deadline = Clock::now() + std::chrono::seconds(20);
     while ((port_ = read_file(port_file)).empty() || port_.back() != '\n') {
@@ -54,7 +56,7 @@ class TwoHosts : public ::testing::Test {
     }
     if (up_) {
       const std::string down =
-          std::string(kEnv) + " " + COHORT_SCRIPTS + "/netns_down.sh >/dev/null";
+          std::string(kEnv) + " " + COHORT_SCRIPTS + "/cluster/netns_down.sh >/dev/null";
       EXPECT_EQ(std::system(down.c_str()), 0);
     }
   }
@@ -69,7 +71,7 @@ class TwoHosts : public ::testing::Test {
       env["WORLD_SIZE"] = "4";
       env["LOCAL_WORLD_SIZE"] = "2";
       env["GROUP_RANK"] = std::to_string(r / 2);
-      env["MASTER_ADDR"] = "10.78.0.1";
+      env["MASTER_ADDR"] = "10.79.0.1";
       env["MASTER_PORT"] = port_;
       env["TORCHELASTIC_RUN_ID"] = run_id;
       env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
