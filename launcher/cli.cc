@@ -175,6 +175,9 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
       "Seconds between the stop signal and SIGKILL when stopping workers (default 30)");
   opt("--worker-hang-timeout", &hang_timeout,
       "Seconds without a heartbeat after which a worker that has beaten counts as hung (0: off)");
+  opt("--timeout", &c->collective_timeout,
+      "Seconds a libcohort collective may take before it fails naming the missing rank (exported "
+      "as COHORT_TIMEOUT_S; default 1800)");
   opt("--exit-barrier-timeout", &exit_barrier_timeout,
       "Seconds node 0 keeps the store up for the other nodes to read the outcome (default 30)");
   flag("--slurm", &c->slurm,
@@ -217,6 +220,8 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
     c->worker_hang_timeout = to_ms(parse_seconds(hang_timeout, "--worker-hang-timeout"));
     c->exit_barrier_timeout = to_ms(parse_seconds(exit_barrier_timeout, "--exit-barrier-timeout"));
     c->sweep_orphans = !no_sweep;
+    if (!c->collective_timeout.empty() && parse_seconds(c->collective_timeout, "--timeout") <= 0)
+      throw std::invalid_argument("--timeout must be more than 0 seconds");
     if (!ranks_filter.empty()) {
       std::set<int> ranks;
       std::stringstream ss(ranks_filter);

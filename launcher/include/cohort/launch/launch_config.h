@@ -61,6 +61,7 @@ struct LaunchConfig {
   // ---- cohort's own -----------------------------------------------------------------------------
   std::chrono::milliseconds term_timeout{std::chrono::seconds(30)};  // SIGTERM -> SIGKILL
   std::chrono::milliseconds worker_hang_timeout{0};                  // 0: off
+  std::string collective_timeout;  // --timeout seconds for libcohort's collectives ("": default)
   std::chrono::milliseconds rdzv_timeout{std::chrono::seconds(900)};
   std::chrono::milliseconds exit_barrier_timeout{std::chrono::seconds(30)};
   bool sweep_orphans = true;
