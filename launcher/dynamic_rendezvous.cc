@@ -93,6 +93,12 @@ bool wait_key(Store& store, const std::string& key, Clock::time_point deadline) 
   }
 }
 
+std::string in_seconds(std::chrono::milliseconds d) {
+  std::ostringstream os;
+  os << std::chrono::duration<double>(d).count() << " s";
+  return os.str();
+}
+
 std::chrono::milliseconds seconds(double s) {
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000 + 0.5));
 }
@@ -143,11 +149,11 @@ RankAssignment DynamicProtocol::join(Store& store, int after_round, NodeInfo sel
   Clock::time_point min_seen;  // when this node first saw MIN participants
   for (;;) {
     if (Clock::now() >= join_deadline) {
-      throw StoreTimeoutError(
-          "rendezvous timed out after " + std::to_string(config_.join_timeout.count() / 1000) +
-              " s: fewer than " + std::to_string(config_.min_nodes) + " nodes joined (--nnodes " +
-              std::to_string(config_.min_nodes) + ":" + std::to_string(config_.max_nodes) + ")",
-          "", store.describe());
+      throw StoreTimeoutError("rendezvous timed out after " + in_seconds(config_.join_timeout) +
+                                  ": fewer than " + std::to_string(config_.min_nodes) +
+                                  " nodes joined (--nnodes " + std::to_string(config_.min_nodes) +
+                                  ":" + std::to_string(config_.max_nodes) + ")",
+                              "", store.describe());
     }
     int round = current_round(store);
     if (round <= after_round) {

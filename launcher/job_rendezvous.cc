@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <random>
+#include <sstream>
 
 #include "cohort/rdzv/tcp_store.h"
 #include "endpoint.h"
@@ -245,10 +246,10 @@ void JobRendezvous::keep_alive_tick() {
         f.timestamp =
             std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
                 .count();
-        double secs = std::chrono::duration<double>(dynamic_.keep_alive_interval).count() *
-                      dynamic_.keep_alive_max_attempt;
-        f.reason = "node " + lost.front() + " lost: no keep-alive for " +
-                   std::to_string(static_cast<int>(secs * 10) / 10.0).substr(0, 4) + " s";
+        std::ostringstream secs;
+        secs << std::chrono::duration<double>(dynamic_.keep_alive_interval).count() *
+                    dynamic_.keep_alive_max_attempt;
+        f.reason = "node " + lost.front() + " lost: no keep-alive for " + secs.str() + " s";
         f.message = f.reason;
         log_->warn("{}; ending round {}", f.reason, round);
         int restart_count = alive_round_.restart_count;

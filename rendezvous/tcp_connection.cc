@@ -95,7 +95,8 @@ TcpConnection TcpConnection::connect(const std::string& host_in, int port,
           ::freeaddrinfo(res);
           return TcpConnection(fd);
         }
-        last_error = std::strerror(errno);
+        int e = errno;
+        last_error = std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")";
       }
       ::freeaddrinfo(res);
     }

@@ -1,9 +1,12 @@
 // Test helper: runs the real cohortrun binary on scripted workers and inspects what they left.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 #include <filesystem>
 #include <fstream>
@@ -21,6 +24,19 @@ struct RunResult {
   std::string out, err;
   int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
 };
+
+// A port that was free a moment ago on 127.0.0.1.
+inline int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
 
 // True while `pid` exists and is not a zombie.
 inline bool process_alive(pid_t pid) {

@@ -1,7 +1,5 @@
 // cohortrun end to end: real processes, real signals, real store.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <regex>
 #include <thread>
@@ -12,18 +10,6 @@ namespace cohort::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 TEST_F(LauncherTest, TwoWorkersGetTorchrunsEnvironment) {
   auto r = run(cohortrun({"--nproc-per-node", "2", "--max-restarts", "3", "--rdzv-id", "job7",

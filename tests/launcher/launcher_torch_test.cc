@@ -1,8 +1,6 @@
 // cohortrun with real PyTorch 1.13: the same worker environment as torchrun, a DDP script, and a
 // two-node gloo job whose store is the embedded cohortd.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <regex>
 
@@ -81,15 +79,7 @@ TEST_F(LauncherTest, PyTorchDdpScriptRunsUnchanged) {
 }
 
 TEST_F(LauncherTest, TwoStaticNodesRunAGlooJob) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  std::string port = std::to_string(ntohs(a.sin_port));
+  std::string port = std::to_string(free_port());
   auto node = [&](int rank) {
     return cohortrun({"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", "1",
                       "--master-addr", "127.0.0.1", "--master-port", port},

@@ -1,0 +1,189 @@
+// cohortrun's elastic rendezvous on loopback: agents of one job meet through a standalone cohortd
+// (or one of them hosts the store), rounds re-form when a node dies or arrives, co-located jobs
+// stay apart. The same scenarios on separate network hosts are in elastic_netns_test.cc.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+
+#include "launcher_fixture.h"
+
+namespace cohort::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Fast keep-alives so that a lost node is noticed in 1.5 s; a short last call.
+const std::string kFastConf =
+    "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=3";
+
+class ElasticTest : public LauncherTest {
+ protected:
+  void SetUp() override {
+    LauncherTest::SetUp();
+    store_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{COHORTD_BIN, "--host", "127.0.0.1", "--port", "0"});
+    auto line = store_->read_line(10s);
+    ASSERT_TRUE(line);
+    endpoint_ = *line;
+  }
+
+  std::vector<std::string> agent(const std::string& nnodes, const std::string& job,
+                                 std::vector<std::string> worker_args,
+                                 std::vector<std::string> extra = {},
+                                 const std::string& conf = kFastConf) {
+    std::vector<std::string> args{"--nnodes",       nnodes, "--nproc-per-node", "2",
+                                  "--rdzv-backend", "c10d", "--rdzv-endpoint",  endpoint_,
+                                  "--rdzv-id",      job,    "--rdzv-conf",      conf};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return cohortrun(args, test_worker(worker_args));
+  }
+
+  // Global ranks that wrote an env file for `restart`, with their WORLD_SIZE.
+  std::map<int, std::string> ranks_of(int restart, int max_rank = 16) {
+    std::map<int, std::string> out;
+    for (int r = 0; r < max_rank; ++r)
+      if (exists(worker_file(r, restart, "env"))) out[r] = worker_env(r, restart)["WORLD_SIZE"];
+    return out;
+  }
+
+  std::unique_ptr<Subprocess> store_;
+  std::string endpoint_;
+};
+
+TEST_F(ElasticTest, ThreeNodesFormOneRoundThroughAStandaloneStore) {
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 3; ++i)
+    agents.push_back(std::make_unique<Subprocess>(agent("3", "three", {})));
+  for (auto& a : agents) {
+    auto st = a->wait(60s);
+    ASSERT_TRUE(st);
+    EXPECT_EQ(WEXITSTATUS(*st), 0) << a->read_all_stderr(1s);
+  }
+  auto ranks = ranks_of(0);
+  ASSERT_EQ(ranks.size(), 6u);
+  std::set<std::string> masters, group_ranks;
+  for (auto& [r, ws] : ranks) {
+    EXPECT_EQ(ws, "6");
+    auto env = worker_env(r, 0);
+    masters.insert(env["MASTER_ADDR"] + ":" + env["MASTER_PORT"]);
+    group_ranks.insert(env["GROUP_RANK"]);
+    EXPECT_EQ(env["GROUP_WORLD_SIZE"], "3");
+    EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0");
+  }
+  EXPECT_EQ(masters.size(), 1u) << "every worker must use the same store";
+  EXPECT_EQ(group_ranks, (std::set<std::string>{"0", "1", "2"}));
+}
+
+TEST_F(ElasticTest, SurvivorsOfAKilledAgentFormANewRoundAndFinish) {
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 3; ++i)
+    agents.push_back(std::make_unique<Subprocess>(
+        agent("2:3", "kill", {"--sleep", "3"}, {"--max-restarts", "2"})));
+  ASSERT_TRUE(wait_for([&] { return ranks_of(0).size() == 6; }, 30s));
+  agents[2]->signal(SIGKILL);
+  auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(agents[2]->wait(5s));
+  // The survivors' workers of the next round are running again within a few seconds.
+  ASSERT_TRUE(wait_for([&] { return ranks_of(1).size() == 4; }, 20s));
+  auto back_after = std::chrono::steady_clock::now() - killed_at;
+  EXPECT_LT(back_after, 10s);
+  for (int i = 0; i < 2; ++i) {
+    auto st = agents[i]->wait(60s);
+    ASSERT_TRUE(st);
+    std::string err = agents[i]->read_all_stderr(1s);
+    EXPECT_EQ(WEXITSTATUS(*st), 0) << err;
+    EXPECT_NE(err.find("lost: no keep-alive for 1.5 s"), std::string::npos) << err;
+  }
+  for (auto& [r, ws] : ranks_of(1)) {
+    EXPECT_EQ(ws, "4");
+    EXPECT_EQ(worker_env(r, 1)["TORCHELASTIC_RESTART_COUNT"], "1");  // counted once, job-wide
+  }
+}
+
+TEST_F(ElasticTest, ALateNodeJoinsAtTheNextRoundWithoutSpendingARestart) {
+  auto a0 = std::make_unique<Subprocess>(agent("2:3", "late", {"--sleep", "3"}));
+  auto a1 = std::make_unique<Subprocess>(agent("2:3", "late", {"--sleep", "3"}));
+  ASSERT_TRUE(wait_for([&] { return ranks_of(0).size() == 4; }, 30s));
+  auto a2 = std::make_unique<Subprocess>(agent("2:3", "late", {"--sleep", "3"}));
+  for (auto* a : {a0.get(), a1.get(), a2.get()}) {
+    auto st = a->wait(60s);
+    ASSERT_TRUE(st);
+    EXPECT_EQ(WEXITSTATUS(*st), 0) << a->read_all_stderr(1s);
+  }
+  // Restart count 0 throughout, and the last round had all three nodes.
+  auto ranks = ranks_of(0);
+  ASSERT_EQ(ranks.size(), 6u);
+  for (auto& [r, ws] : ranks) {
+    EXPECT_EQ(ws, "6") << "rank " << r;
+    EXPECT_EQ(worker_env(r, 0)["TORCHELASTIC_RESTART_COUNT"], "0");
+  }
+  EXPECT_FALSE(exists(worker_file(0, 1, "env")));
+}
+
+TEST_F(ElasticTest, CoLocatedJobsWithDifferentIdsNeverMix) {
+  std::string dir_a = dir_ + "/a", dir_b = dir_ + "/b";
+  std::filesystem::create_directories(dir_a);
+  std::filesystem::create_directories(dir_b);
+  auto job = [&](const std::string& id, const std::string& out) {
+    return cohortrun({"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                      "--rdzv-endpoint", endpoint_, "--rdzv-id", id, "--rdzv-conf", kFastConf},
+                     {"--no-python", TEST_WORKER_BIN, "--out", out, "--sleep", "0.5"});
+  };
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    agents.push_back(std::make_unique<Subprocess>(job("jobA", dir_a)));
+    agents.push_back(std::make_unique<Subprocess>(job("jobB", dir_b)));
+  }
+  for (auto& a : agents) {
+    auto st = a->wait(60s);
+    ASSERT_TRUE(st);
+    EXPECT_EQ(WEXITSTATUS(*st), 0) << a->read_all_stderr(1s);
+  }
+  for (const auto& d : {dir_a, dir_b}) {
+    std::set<std::string> ports;
+    for (int r = 0; r < 2; ++r) {
+      std::ifstream f(d + "/" + std::to_string(r) + ".attempt0.env");
+      std::string line, ws, port, run;
+      while (std::getline(f, line)) {
+        if (line.rfind("WORLD_SIZE=", 0) == 0) ws = line.substr(11);
+        if (line.rfind("MASTER_PORT=", 0) == 0) port = line.substr(12);
+        if (line.rfind("TORCHELASTIC_RUN_ID=", 0) == 0) run = line.substr(20);
+      }
+      EXPECT_EQ(ws, "2");
+      EXPECT_EQ(run, d == dir_a ? "jobA" : "jobB");
+      ports.insert(port);
+    }
+    EXPECT_EQ(ports.size(), 1u);
+  }
+}
+
+TEST_F(ElasticTest, AnAgentHostsTheStoreWhenNoDaemonServesTheEndpoint) {
+  store_.reset();  // no cohortd: the endpoint is free on this machine
+  endpoint_ = "127.0.0.1:" + std::to_string(free_port());
+  auto a0 = std::make_unique<Subprocess>(agent("2", "hosted", {}));
+  auto a1 = std::make_unique<Subprocess>(agent("2", "hosted", {}));
+  for (auto* p : {a0.get(), a1.get()}) {
+    auto st = p->wait(60s);
+    ASSERT_TRUE(st);
+    EXPECT_EQ(WEXITSTATUS(*st), 0) << p->read_all_stderr(1s);
+  }
+  EXPECT_EQ(ranks_of(0).size(), 4u);
+}
+
+TEST_F(ElasticTest, TooFewNodesTimesOutWithTheReason) {
+  auto r = run(agent("3", "alone", {}, {}, kFastConf + ",join_timeout=1"));
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_NE(r.err.find("fewer than 3 nodes joined"), std::string::npos) << r.err;
+}
+
+TEST_F(ElasticTest, UnreachableEndpointIsNamedWithTheSystemError) {
+  endpoint_ = "127.0.0.1:1";  // is_host=0: do not try to serve it ourselves
+  auto r = run(agent("2", "nowhere", {}, {}, kFastConf + ",join_timeout=0.5,is_host=0"));
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_NE(r.err.find("127.0.0.1:1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Connection refused (errno 111)"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace cohort::testing
