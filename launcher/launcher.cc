@@ -315,7 +315,14 @@ void Launcher::Impl::do_rendezvous(int after_round) {
       return;
     }
     rdzv_->watch_outcome(
-        a.round, [this, round = a.round](Outcome o) { handle(agent_.on_outcome(round, o)); },
+        a.round,
+        [this, round = a.round](Outcome o) {
+          if (o.kind != Outcome::kSucceeded && o.node_rank != assignment_.node_rank) {
+            log_->warn("round {} ended on node {}: {}", round, o.node_rank,
+                       o.detail.empty() ? "failed" : o.detail);
+          }
+          handle(agent_.on_outcome(round, o));
+        },
         [this](std::string e) {
           if (!finished_) fatal("lost the store: " + e);
         });
