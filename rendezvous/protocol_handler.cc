@@ -1,31 +1,43 @@
 #include "protocol_handler.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace cohort::rdzv {
 namespace {
 
-constexpr size_t kInitialBuffer = 16 * 1024;
-constexpr size_t kMinReadSpace = 4 * 1024;
+constexpr size_t kInitialBuffer = 1024;
+constexpr size_t kMinReadSpace = 512;
+// An empty buffer larger than this is given back (a client that sent one big request once).
+constexpr size_t kKeepBuffer = 64 * 1024;
 
 }  // namespace
 
 ProtocolHandler::ProtocolHandler(StoreState& state, const StoreServerOptions& options, SessionId id)
-    : state_(state), options_(options), id_(id) {
-  in_.resize(kInitialBuffer);
-}
+    : state_(state), options_(options), id_(id) {}
 
 std::span<uint8_t> ProtocolHandler::read_space() {
-  if (in_.size() - end_ < kMinReadSpace) {
+  // Only here may the buffer move: the caller has no read in flight into it.
+  if (begin_ == end_ && capacity_ > kKeepBuffer) {
+    in_.reset();
+    capacity_ = begin_ = end_ = 0;
+  }
+  if (capacity_ - end_ < kMinReadSpace) {
     // Move the unconsumed tail to the front, and grow when that is not enough.
     if (begin_ > 0) {
-      std::memmove(in_.data(), in_.data() + begin_, end_ - begin_);
+      std::memmove(in_.get(), in_.get() + begin_, end_ - begin_);
       end_ -= begin_;
       begin_ = 0;
     }
-    if (in_.size() - end_ < kMinReadSpace) in_.resize(in_.size() * 2);
+    if (capacity_ - end_ < kMinReadSpace) {
+      size_t grown = std::max(kInitialBuffer, capacity_ * 2);
+      std::unique_ptr<uint8_t[]> bigger(new uint8_t[grown]);  // uninitialised on purpose
+      if (end_ > 0) std::memcpy(bigger.get(), in_.get(), end_);
+      in_ = std::move(bigger);
+      capacity_ = grown;
+    }
   }
-  return {in_.data() + end_, in_.size() - end_};
+  return {in_.get() + end_, capacity_ - end_};
 }
 
 void ProtocolHandler::commit(size_t n) {
@@ -34,7 +46,7 @@ void ProtocolHandler::commit(size_t n) {
 
 bool ProtocolHandler::process() {
   while (begin_ < end_) {
-    std::span<const uint8_t> pending(in_.data() + begin_, end_ - begin_);
+    std::span<const uint8_t> pending(in_.get() + begin_, end_ - begin_);
     if (!dialect_known_) {
       DetectStatus d = detect_dialect(pending);
       if (d == DetectStatus::kNeedMore) break;

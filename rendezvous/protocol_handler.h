@@ -9,6 +9,7 @@
 // Thread safety: none; one connection, one loop thread.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,7 +25,8 @@ class ProtocolHandler {
   // `state` and `options` must outlive the handler.
   ProtocolHandler(StoreState& state, const StoreServerOptions& options, SessionId id);
 
-  // Writable space at the end of the input buffer (at least 4 KiB); then commit() what was put.
+  // Writable space at the end of the input buffer (at least 512 bytes); then commit() what was
+  // put. The buffer may move here, so no read may be in flight into an earlier span.
   std::span<uint8_t> read_space();
   void commit(size_t n);
 
@@ -57,7 +59,10 @@ class ProtocolHandler {
   StoreState& state_;
   const StoreServerOptions& options_;
   const SessionId id_;
-  std::vector<uint8_t> in_;
+  // Input buffer. Allocated on first read, never zero-filled, and released when a large one
+  // empties: ten thousand idle clients of a rendezvous storm cost kilobytes each, not 16 KiB.
+  std::unique_ptr<uint8_t[]> in_;
+  size_t capacity_ = 0;
   size_t begin_ = 0;  // first unconsumed byte of in_
   size_t end_ = 0;    // end of valid bytes in in_
   std::string out_;
