@@ -231,12 +231,34 @@ RankAssignment DynamicProtocol::join(Store& store, int after_round, NodeInfo sel
 std::string keep_alive_key(const std::string& node_id) {
   return "rdzv/hb/" + node_id;
 }
+std::string alive_key(const std::string& node_id) {
+  return "rdzv/alive/" + node_id;
+}
 
 std::vector<std::string> LivenessMonitor::tick(Store& store,
                                                const std::vector<std::string>& peers) {
-  store.add(keep_alive_key(self_), 1);
+  const auto now = Clock::now();
   std::vector<std::string> lost;
-  auto now = Clock::now();
+  if (store.supports_ttl()) {
+    // etcd: a lease per node, refreshed every tick; a node's key vanishes when its lease expires.
+    store.set_with_ttl(alive_key(self_), "1", timeout_);
+    for (const auto& p : peers) {
+      if (p == self_) continue;
+      std::vector<std::string> k{alive_key(p)};
+      bool alive = store.check(k);
+      auto it = seen_.find(p);
+      if (alive) {
+        seen_[p] = {1, now};
+      } else if (it == seen_.end()) {
+        seen_[p] = {0, now};  // not yet beaten: give it the timeout from now
+      } else if (it->second.value == 1 || now - it->second.since >= timeout_) {
+        lost.push_back(p);  // its lease expired, or it never came up
+      }
+    }
+    return lost;
+  }
+  // Any other store: a counter per node; one that stops moving marks its node lost.
+  store.add(keep_alive_key(self_), 1);
   for (const auto& p : peers) {
     if (p == self_) continue;
     int64_t v = store.add(keep_alive_key(p), 0);

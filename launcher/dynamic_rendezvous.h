@@ -18,7 +18,9 @@
 //
 // Liveness (LivenessMonitor): every running node bumps its counter each interval and watches the
 // others'; a counter that has not moved for interval x max_attempts (measured on the observer's
-// clock) marks its node lost, and the observer ends the round as failed.
+// clock) marks its node lost, and the observer ends the round as failed. On a store with expiring
+// keys (etcd) each node instead refreshes a key under a lease of that length (rdzv/alive/<id>);
+// a vanished key marks its node lost.
 #pragma once
 
 #include <chrono>
@@ -78,7 +80,8 @@ class LivenessMonitor {
   std::map<std::string, Seen> seen_;
 };
 
-// The keep-alive key of a node.
+// The keep-alive keys of a node: a counter, or (stores with expiring keys) a leased key.
 std::string keep_alive_key(const std::string& node_id);
+std::string alive_key(const std::string& node_id);
 
 }  // namespace cohort::launch

@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 
+#include "cohort/rdzv/etcd_store.h"
 #include "cohort/rdzv/tcp_store.h"
 #include "endpoint.h"
 #include "round_ops.h"
@@ -35,7 +36,8 @@ JobRendezvous::JobRendezvous(asio::io_context& io, const LaunchConfig& c, std::s
                              std::shared_ptr<spdlog::logger> log)
     : io_(io), config_(c), run_id_(std::move(run_id)), log_(std::move(log)), keep_alive_timer_(io) {
   const std::string& b = c.rdzv_backend;
-  elastic_ = b == "c10d" || b == "cohort";
+  elastic_ = b == "c10d" || b == "cohort" || b == "etcd";
+  const bool etcd = b == "etcd";
   TcpStoreOptions client;
   if (!elastic_) {
     // Static: node 0 hosts the store on the master port; it is also the workers' store.
@@ -74,11 +76,11 @@ JobRendezvous::JobRendezvous(asio::io_context& io, const LaunchConfig& c, std::s
                                   " needs --rdzv-endpoint host:port (a "
                                   "cohortd, or the address of one of the nodes)");
     }
-    Endpoint ep = parse_endpoint(c.rdzv_endpoint, 29400);
+    Endpoint ep = parse_endpoint(c.rdzv_endpoint, etcd ? 2379 : 29400);
     // Host the store when the endpoint is ours and nobody serves it yet (a standalone cohortd,
-    // or another agent on this machine, already holds the port).
+    // or another agent on this machine, already holds the port). etcd is never ours to host.
     bool host = false;
-    if (!conf_flag(c.rdzv_conf, "is_host", &host)) host = is_local_host(ep.host);
+    if (!conf_flag(c.rdzv_conf, "is_host", &host)) host = !etcd && is_local_host(ep.host);
     if (host) {
       rdzv::StoreServerOptions so;
       so.host = is_loopback_host(ep.host)
@@ -113,11 +115,25 @@ JobRendezvous::JobRendezvous(asio::io_context& io, const LaunchConfig& c, std::s
     liveness_ = std::make_shared<LivenessMonitor>(
         node_id_, dynamic_.keep_alive_interval * dynamic_.keep_alive_max_attempt);
   }
-  auto factory = [client](const std::atomic<bool>* abandon) -> std::unique_ptr<Store> {
-    TcpStoreOptions o = client;
-    o.abandon = abandon;
-    return std::make_unique<TcpStore>(o);
-  };
+  StoreBridge::StoreFactory factory;
+  if (b == "etcd") {
+    factory = [client](const std::atomic<bool>* abandon) -> std::unique_ptr<Store> {
+      EtcdStoreOptions o;
+      o.host = client.host;
+      o.port = client.port;
+      o.prefix = "/";
+      o.timeout = client.timeout;
+      o.connect_timeout = client.connect_timeout;
+      o.abandon = abandon;
+      return std::make_unique<EtcdStore>(o);
+    };
+  } else {
+    factory = [client](const std::atomic<bool>* abandon) -> std::unique_ptr<Store> {
+      TcpStoreOptions o = client;
+      o.abandon = abandon;
+      return std::make_unique<TcpStore>(o);
+    };
+  }
   bridge_ = std::make_unique<StoreBridge>(io.get_executor(), factory, keys::run_prefix(run_id_));
 }
 
@@ -253,11 +269,12 @@ void JobRendezvous::keep_alive_tick() {
         f.message = f.reason;
         log_->warn("{}; ending round {}", f.reason, round);
         int restart_count = alive_round_.restart_count;
+        int decider = alive_round_.node_rank;
         bridge_->run(
-            [round, restart_count, f](Store& s) {
+            [round, restart_count, decider, f](Store& s) {
               Outcome o;
               o.kind = Outcome::kFailed;
-              o.node_rank = f.node_rank;
+              o.node_rank = decider;
               o.restarts = restart_count + 1;
               o.detail = f.reason;
               o.first_failure = f;

@@ -9,7 +9,7 @@ PACKAGES=(
   # build
   g++ cmake ninja-build pkg-config git
   libasio-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
-  libopenblas-dev zlib1g-dev libssl-dev
+  libopenblas-dev zlib1g-dev libssl-dev libcurl4-openssl-dev
   # data for the bundled trainers
   dataset-fashion-mnist fortunes
   # interop tests and benchmark baselines: real PyTorch 1.13 (/usr/bin/python3)

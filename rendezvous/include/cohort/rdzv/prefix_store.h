@@ -36,6 +36,11 @@ class PrefixStore final : public Store {
   void set_timeout(std::chrono::milliseconds timeout) override;
   std::string describe() const override;
   void interrupt() override { base_.interrupt(); }
+  bool supports_ttl() const override { return base_.supports_ttl(); }
+  void set_with_ttl(std::string_view key, std::string_view value,
+                    std::chrono::milliseconds ttl) override {
+    base_.set_with_ttl(full(key), value, ttl);
+  }
 
  private:
   std::string full(std::string_view key) const;

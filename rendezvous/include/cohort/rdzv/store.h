@@ -76,6 +76,17 @@ class Store {
   // Makes a call blocked in another thread (a long wait) fail promptly with StoreError; later
   // calls work again. Safe from any thread. Stores without blocking I/O need not do anything.
   virtual void interrupt() {}
+
+  // Optional: keys that vanish unless refreshed (etcd leases). When supports_ttl(), set_with_ttl
+  // stores `value` under `key` for `ttl`; calling it again for the same key refreshes the time.
+  // Other stores throw StoreError.
+  virtual bool supports_ttl() const { return false; }
+  virtual void set_with_ttl(std::string_view key, std::string_view value,
+                            std::chrono::milliseconds ttl) {
+    (void)value;
+    (void)ttl;
+    throw StoreError("this store has no expiring keys", std::string(key), describe());
+  }
 };
 
 }  // namespace cohort
