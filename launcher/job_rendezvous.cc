@@ -109,8 +109,10 @@ JobRendezvous::JobRendezvous(asio::io_context& io, const LaunchConfig& c, std::s
     client.host = ep.host;
     client.port = ep.port;
     client.connect_timeout = dynamic_.join_timeout;
-    client.timeout =
-        std::max<std::chrono::milliseconds>(dynamic_.join_timeout, std::chrono::seconds(60));
+    // Store calls outside the (explicitly timed) rendezvous waits must fail fast: a node cut off
+    // from the store finds out within one keep-alive period and stops its workers.
+    client.timeout = std::max<std::chrono::milliseconds>(
+        dynamic_.keep_alive_interval * dynamic_.keep_alive_max_attempt, std::chrono::seconds(2));
     protocol_ = std::make_unique<DynamicProtocol>(dynamic_);
     liveness_ = std::make_shared<LivenessMonitor>(
         node_id_, dynamic_.keep_alive_interval * dynamic_.keep_alive_max_attempt);
@@ -218,11 +220,15 @@ void JobRendezvous::exit_barrier(int round, int nnodes, std::chrono::millisecond
                std::move(done));
 }
 
-void JobRendezvous::start_keep_alive(const RankAssignment& a) {
+void JobRendezvous::start_keep_alive(const RankAssignment& a,
+                                     std::function<void(std::string)> on_store_lost) {
   if (!elastic_) return;
   alive_round_ = a;
   keep_alive_on_ = true;
   lost_reported_ = false;
+  beat_in_flight_ = false;
+  last_beat_ok_ = std::chrono::steady_clock::now();
+  on_store_lost_ = std::move(on_store_lost);
   auto liveness = liveness_;
   bridge_->run([liveness](Store&) { liveness->reset(); }, [](std::exception_ptr) {});
   keep_alive_tick();
@@ -235,6 +241,25 @@ void JobRendezvous::stop_keep_alive() {
 
 void JobRendezvous::keep_alive_tick() {
   if (!keep_alive_on_) return;
+  keep_alive_timer_.expires_after(dynamic_.keep_alive_interval);
+  keep_alive_timer_.async_wait([this](std::error_code ec) {
+    if (!ec) keep_alive_tick();
+  });
+  // Cut off from the store for a whole keep-alive period (a failing or hanging call): the other
+  // nodes are dropping this one now, so its workers must stop. Judged here, on the loop, so that a
+  // store call stuck in a reconnect cannot delay the verdict.
+  auto silent = std::chrono::steady_clock::now() - last_beat_ok_;
+  if (silent > dynamic_.keep_alive_interval * dynamic_.keep_alive_max_attempt && on_store_lost_) {
+    keep_alive_on_ = false;
+    keep_alive_timer_.cancel();
+    on_store_lost_(
+        "this node has not reached the rendezvous store for " +
+        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
+        " ms; the other nodes will have dropped it");
+    return;
+  }
+  if (beat_in_flight_) return;
+  beat_in_flight_ = true;
   std::vector<std::string> peers;
   for (const auto& n : alive_round_.nodes) peers.push_back(n.id);
   auto liveness = liveness_;
@@ -242,8 +267,10 @@ void JobRendezvous::keep_alive_tick() {
   bridge_->call<std::vector<std::string>>(
       [liveness, peers](Store& s) { return liveness->tick(s, peers); },
       [this, round](std::exception_ptr err, std::vector<std::string> lost) {
-        if (err || lost.empty() || !keep_alive_on_ || round != alive_round_.round || lost_reported_)
-          return;
+        beat_in_flight_ = false;
+        if (!keep_alive_on_ || round != alive_round_.round || err) return;
+        last_beat_ok_ = std::chrono::steady_clock::now();
+        if (lost.empty() || lost_reported_) return;
         lost_reported_ = true;
         // The lost node's failure, as the failure summary shows it.
         WorkerFailure f;
@@ -282,10 +309,6 @@ void JobRendezvous::keep_alive_tick() {
             },
             [](std::exception_ptr) {});
       });
-  keep_alive_timer_.expires_after(dynamic_.keep_alive_interval);
-  keep_alive_timer_.async_wait([this](std::error_code ec) {
-    if (!ec) keep_alive_tick();
-  });
 }
 
 }  // namespace cohort::launch

@@ -55,8 +55,10 @@ class JobRendezvous {
   void exit_barrier(int round, int nnodes, std::chrono::milliseconds timeout, Done done);
 
   // Elastic: beats every keep-alive interval and checks the round's other nodes; a lost node
-  // ends `a.round` as failed (restarts + 1). No-op for the static rendezvous.
-  void start_keep_alive(const RankAssignment& a);
+  // ends `a.round` as failed (restarts + 1). When this node itself cannot reach the store for a
+  // whole keep-alive period, `on_store_lost` runs (it is cut off: its workers must stop).
+  // No-op for the static rendezvous.
+  void start_keep_alive(const RankAssignment& a, std::function<void(std::string)> on_store_lost);
   void stop_keep_alive();
 
   const std::string& node_id() const { return node_id_; }
@@ -88,6 +90,9 @@ class JobRendezvous {
   RankAssignment alive_round_;
   bool keep_alive_on_ = false;
   bool lost_reported_ = false;
+  bool beat_in_flight_ = false;
+  std::chrono::steady_clock::time_point last_beat_ok_;
+  std::function<void(std::string)> on_store_lost_;
 };
 
 }  // namespace cohort::launch

@@ -343,7 +343,7 @@ void Launcher::Impl::start_workers(const RankAssignment& a) {
   log_->info("starting {} workers (round {}, restart {}): ranks {}..{} of {}, {} node(s)",
              a.local_world_size, a.round, a.restart_count, a.base_rank,
              a.base_rank + a.local_world_size - 1, a.world_size, a.nnodes);
-  rdzv_->start_keep_alive(a);
+  rdzv_->start_keep_alive(a, [this](std::string why) { fatal(why); });
   for (int lr = 0; lr < a.local_world_size; ++lr) {
     auto w = std::make_unique<Worker>(io_);
     w->local_rank = lr;

@@ -182,7 +182,8 @@ std::string EtcdStore::post(const std::string& path, const std::string& body,
     std::string out;
     try {
       long status = http_->post(
-          base_url_ + path, body, std::chrono::seconds(30),
+          base_url_ + path, body,
+          std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(30)),
           [&](std::string_view d) {
             out.append(d);
             return true;
