@@ -37,11 +37,17 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
                  "Open connections; further ones are closed at once")
       ->capture_default_str();
   app.add_option("--max-waiters", s.max_waiters, "Parked WAIT requests")->capture_default_str();
+  double request_timeout_s = s.request_timeout.count() / 1000.0;
+  app.add_option("--request-timeout", request_timeout_s,
+                 "Seconds a client may take to finish a request it has begun (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  s.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000));
   return -1;
 }
 

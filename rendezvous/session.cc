@@ -10,6 +10,7 @@ namespace cohort::rdzv {
 Session::Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, std::string peer)
     : host_(host),
       socket_(std::move(socket)),
+      partial_timer_(socket_.get_executor()),
       id_(id),
       peer_(std::move(peer)),
       handler_(host.state(), host.options(), id) {}
@@ -21,8 +22,30 @@ void Session::start() {
 void Session::stop() {
   if (closed_) return;
   closed_ = true;
+  partial_timer_.cancel();
   std::error_code ignored;
   socket_.close(ignored);
+}
+
+void Session::watch_partial_request() {
+  bool partial = handler_.has_input() && !handler_.waiting();
+  if (!partial) {
+    if (partial_armed_) partial_timer_.cancel();
+    partial_armed_ = false;
+    return;
+  }
+  if (partial_armed_ || host_.options().request_timeout.count() <= 0) return;
+  partial_armed_ = true;
+  partial_timer_.expires_after(host_.options().request_timeout);
+  partial_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+    if (ec || self->closed_) return;
+    self->partial_armed_ = false;
+    if (self->handler_.has_input() && !self->handler_.waiting()) {
+      self->close("request not completed within --request-timeout (" +
+                      std::to_string(self->host_.options().request_timeout.count()) + " ms)",
+                  true);
+    }
+  });
 }
 
 bool Session::backlogged() const {
@@ -62,6 +85,7 @@ void Session::process() {
     close(handler_.close_reason(), true);
     return;
   }
+  watch_partial_request();
   flush();
 }
 
@@ -112,6 +136,7 @@ void Session::close(const std::string& reason, bool for_limit) {
   if (closed_) return;
   if (!reason.empty()) host_.log().warn("closing connection from {}: {}", peer_, reason);
   closed_ = true;
+  partial_timer_.cancel();
   std::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
 #include <memory>
 #include <string>
 
@@ -51,9 +52,13 @@ class Session : public std::enable_shared_from_this<Session> {
   void flush();
   void close(const std::string& reason, bool for_limit);
   bool backlogged() const;
+  // Arms the --request-timeout timer while half a request is buffered, disarms it otherwise.
+  void watch_partial_request();
 
   SessionHost& host_;
   asio::ip::tcp::socket socket_;
+  asio::steady_timer partial_timer_;
+  bool partial_armed_ = false;
   const SessionId id_;
   const std::string peer_;
   ProtocolHandler handler_;

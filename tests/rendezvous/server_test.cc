@@ -339,3 +339,29 @@ TEST(StoreServer, BindFailureNamesTheAddress) {
 
 }  // namespace
 }  // namespace cohort::rdzv
+
+namespace cohort::rdzv {
+namespace {
+
+TEST(StoreServer, HalfARequestPastTheRequestTimeoutClosesOnlyThatConnection) {
+  StoreServerOptions o = local();
+  o.request_timeout = 200ms;
+  StoreServerThread server(o);
+  RawClient slow(server.port()), idle(server.port()), busy(server.port());
+  slow.send(unhex("00 0a00000000000000 2f6b"));  // a SET cut inside its key, then silence
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(slow.closed_by_peer(5000ms));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 150ms);
+  EXPECT_TRUE(idle.silent_for(50ms));  // an idle client is not a slow one
+  idle.send(unhex("06"));
+  EXPECT_TRUE(idle.read(8));
+  // A parked WAIT is not a half request either.
+  busy.send(unhex("05 0100000000000000") + S("/later"));
+  EXPECT_TRUE(busy.silent_for(400ms));
+  RawClient setter(server.port());
+  setter.send(unhex("00") + S("/later") + S("x"));
+  EXPECT_EQ(hex(*busy.read(1)), "00");
+}
+
+}  // namespace
+}  // namespace cohort::rdzv

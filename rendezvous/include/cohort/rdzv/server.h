@@ -9,6 +9,7 @@
 // on a thread of its own, use StoreServerThread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,13 +30,16 @@ struct StoreServerOptions {
   uint64_t max_request_bytes = 256ull << 20;  // one whole request (MULTI_SET can be large)
   size_t max_connections = 100000;            // further connections are accepted and closed at once
   size_t max_waiters = 1000000;               // parked WAITs; one more closes that connection
+  // A request begun but not completed within this time closes its connection (a slow client
+  // cannot hold a connection slot with half a request). Idle connections are fine. 0: no limit.
+  std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
 };
 
 struct StoreServerStats {
-  size_t connections = 0;  // open now
-  uint64_t accepted = 0;   // since start
-  uint64_t refused = 0;    // closed at accept because of max_connections
-  uint64_t closed_for_limit = 0;
+  size_t connections = 0;         // open now
+  uint64_t accepted = 0;          // since start
+  uint64_t refused = 0;           // closed at accept because of max_connections
+  uint64_t closed_for_limit = 0;  // a limit, a malformed request, or --request-timeout
   size_t parked_waits = 0;
   int64_t keys = 0;
 };
