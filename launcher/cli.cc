@@ -1,8 +1,10 @@
 #include "cohort/launch/cli.h"
 
 #include <CLI/CLI.hpp>
+
 #include <sstream>
 #include <stdexcept>
+#include "cohort/rdzv/auth.h"
 
 namespace cohort::launch {
 namespace {
@@ -180,6 +182,13 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
       "as COHORT_TIMEOUT_S; default 1800)");
   opt("--exit-barrier-timeout", &exit_barrier_timeout,
       "Seconds node 0 keeps the store up for the other nodes to read the outcome (default 30)");
+  std::string token_file;
+  opt("--auth-token-file", &token_file,
+      "Protect the store with the token in this file: agents and libcohort workers prove they "
+      "know it; every node needs the same file");
+  opt("--allow-unauthenticated-from", &c->allow_unauthenticated_from,
+      "Networks (a.b.c.d/n,...) whose clients may use the store without the token (PyTorch's "
+      "own clients cannot present one)");
   flag("--slurm", &c->slurm,
        "Inside a Slurm allocation: nodes, node rank, master address and port, run id and workers "
        "per node from SLURM_* (flags given explicitly still win); same as --nnodes slurm");
@@ -220,6 +229,16 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
     c->worker_hang_timeout = to_ms(parse_seconds(hang_timeout, "--worker-hang-timeout"));
     c->exit_barrier_timeout = to_ms(parse_seconds(exit_barrier_timeout, "--exit-barrier-timeout"));
     c->sweep_orphans = !no_sweep;
+    if (!token_file.empty()) {
+      try {
+        c->auth_token = auth::read_token_file(token_file);
+      } catch (const std::runtime_error& e) {
+        throw std::invalid_argument(std::string("--auth-token-file: ") + e.what());
+      }
+    }
+    auth::parse_cidrs(c->allow_unauthenticated_from);  // throws std::invalid_argument
+    if (!c->allow_unauthenticated_from.empty() && c->auth_token.empty())
+      throw std::invalid_argument("--allow-unauthenticated-from needs --auth-token-file");
     if (!c->collective_timeout.empty() && parse_seconds(c->collective_timeout, "--timeout") <= 0)
       throw std::invalid_argument("--timeout must be more than 0 seconds");
     if (!ranks_filter.empty()) {
@@ -231,7 +250,9 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
     }
   } catch (const std::invalid_argument& e) {
     std::string what = e.what();
-    if (what.rfind("--", 0) != 0) what = "invalid number: " + what;
+    if (what.rfind("--", 0) != 0 && what.find("network") == std::string::npos &&
+        what.find("prefix") == std::string::npos)
+      what = "invalid number: " + what;
     return {2, "cohortrun: " + what};
   } catch (const std::out_of_range& e) {
     return {2, std::string("cohortrun: number out of range: ") + e.what()};

@@ -52,6 +52,7 @@ JobRendezvous::JobRendezvous(asio::io_context& io, const LaunchConfig& c, std::s
       } else {
         so.host = c.master_addr.find(':') != std::string::npos ? "::" : "0.0.0.0";
       }
+      secure(&so);
       bool pick_free = nnodes == 1 && (!c.master_port_given || c.standalone);
       so.port = static_cast<uint16_t>(pick_free ? 0 : c.master_port);
       hosted_ = std::make_unique<rdzv::StoreServerThread>(so);
@@ -87,6 +88,7 @@ JobRendezvous::JobRendezvous(asio::io_context& io, const LaunchConfig& c, std::s
                     ? (ep.host == "localhost" ? "127.0.0.1" : ep.host)
                     : (ep.host.find(':') != std::string::npos ? "::" : "0.0.0.0");
       so.port = static_cast<uint16_t>(ep.port);
+      secure(&so);
       try {
         hosted_ = std::make_unique<rdzv::StoreServerThread>(so);
         hosts_store_ = true;
@@ -117,6 +119,7 @@ JobRendezvous::JobRendezvous(asio::io_context& io, const LaunchConfig& c, std::s
     liveness_ = std::make_shared<LivenessMonitor>(
         node_id_, dynamic_.keep_alive_interval * dynamic_.keep_alive_max_attempt);
   }
+  client.auth_token = c.auth_token;
   StoreBridge::StoreFactory factory;
   if (b == "etcd") {
     factory = [client](const std::atomic<bool>* abandon) -> std::unique_ptr<Store> {
@@ -137,6 +140,11 @@ JobRendezvous::JobRendezvous(asio::io_context& io, const LaunchConfig& c, std::s
     };
   }
   bridge_ = std::make_unique<StoreBridge>(io.get_executor(), factory, keys::run_prefix(run_id_));
+}
+
+void JobRendezvous::secure(rdzv::StoreServerOptions* so) const {
+  so->auth_token = config_.auth_token;
+  so->allow_unauthenticated = auth::parse_cidrs(config_.allow_unauthenticated_from);
 }
 
 JobRendezvous::~JobRendezvous() {
@@ -164,6 +172,7 @@ void JobRendezvous::join(int after_round, NodeInfo self,
     rdzv::StoreServerOptions so;
     so.host = me->addr.find(':') != std::string::npos ? "::" : "0.0.0.0";
     so.port = 0;
+    secure(&so);
     auto server = std::make_unique<rdzv::StoreServerThread>(so);
     me->store_port = server->port();
     std::lock_guard lock(worker_store_mu_);

@@ -66,6 +66,8 @@ class JobRendezvous {
 
  private:
   void keep_alive_tick();
+  // Applies --auth-token-file and --allow-unauthenticated-from to a store we host.
+  void secure(rdzv::StoreServerOptions* so) const;
 
   asio::io_context& io_;
   const LaunchConfig& config_;

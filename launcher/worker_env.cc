@@ -31,6 +31,7 @@ std::vector<std::string> build_worker_env(const std::map<std::string, std::strin
   env.try_emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (in.omp_num_threads) set("OMP_NUM_THREADS", num(*in.omp_num_threads));
   if (!c.collective_timeout.empty()) set("COHORT_TIMEOUT_S", c.collective_timeout);
+  if (!c.auth_token.empty()) set("COHORT_STORE_TOKEN", c.auth_token);
   set("COHORT_AGENT_ID", in.agent_id);
   set("COHORT_NODE_RANK", num(a.node_rank));
   set("COHORT_NNODES", num(a.nnodes));

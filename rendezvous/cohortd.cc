@@ -37,6 +37,12 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
                  "Open connections; further ones are closed at once")
       ->capture_default_str();
   app.add_option("--max-waiters", s.max_waiters, "Parked WAIT requests")->capture_default_str();
+  std::string token_file, allow;
+  app.add_option("--auth-token-file", token_file,
+                 "Require every client to prove it knows the token in this file (HMAC challenge)");
+  app.add_option("--allow-unauthenticated-from", allow,
+                 "Networks (a.b.c.d/n, comma-separated) whose clients may skip the token: "
+                 "PyTorch's own clients cannot authenticate");
   double request_timeout_s = s.request_timeout.count() / 1000.0;
   app.add_option("--request-timeout", request_timeout_s,
                  "Seconds a client may take to finish a request it has begun (0: no limit)")
@@ -48,6 +54,17 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
     return app.exit(e);
   }
   s.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000));
+  try {
+    if (!token_file.empty()) s.auth_token = auth::read_token_file(token_file);
+    s.allow_unauthenticated = auth::parse_cidrs(allow);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cohortd: %s\n", e.what());
+    return 2;
+  }
+  if (s.auth_token.empty() && !s.allow_unauthenticated.empty()) {
+    std::fprintf(stderr, "cohortd: --allow-unauthenticated-from needs --auth-token-file\n");
+    return 2;
+  }
   return -1;
 }
 
@@ -84,7 +101,10 @@ int run_cohortd(const CohortdConfig& config) {
   std::printf("%s\n", server.address().c_str());
   std::fflush(stdout);
   if (!config.port_file.empty()) write_port_file(config.port_file, server.port());
-  log->info("listening on {} (both TCPStore dialects; {} descriptors)", server.address(), fds);
+  log->info("listening on {} (both TCPStore dialects; {} descriptors; {})", server.address(), fds,
+            config.server.auth_token.empty()
+                ? "no authentication: anyone who can connect may use it"
+                : "token required");
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](std::error_code ec, int sig) {

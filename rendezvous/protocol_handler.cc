@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cohort/rdzv/auth.h"
+
 namespace cohort::rdzv {
 namespace {
 
@@ -13,8 +15,51 @@ constexpr size_t kKeepBuffer = 64 * 1024;
 
 }  // namespace
 
-ProtocolHandler::ProtocolHandler(StoreState& state, const StoreServerOptions& options, SessionId id)
-    : state_(state), options_(options), id_(id) {}
+ProtocolHandler::ProtocolHandler(StoreState& state, const StoreServerOptions& options, SessionId id,
+                                 bool must_authenticate)
+    : state_(state), options_(options), id_(id), must_authenticate_(must_authenticate) {}
+
+bool ProtocolHandler::authenticate(bool* need_more) {
+  *need_more = false;
+  while (auth_state_ != AuthState::kDone && begin_ < end_) {
+    const uint8_t* p = in_.get() + begin_;
+    const size_t n = end_ - begin_;
+    if (auth_state_ == AuthState::kNone) {
+      if (p[0] != auth::kHello) {
+        if (!must_authenticate_) {
+          auth_state_ = AuthState::kDone;  // a plain client, welcome here
+          return true;
+        }
+        refused_unauthenticated_ = true;
+        close_reason_ =
+            "unauthenticated connection refused: this cohortd requires its token (clients from "
+            "--allow-unauthenticated-from networks excepted)";
+        return false;
+      }
+      begin_ += 1;
+      challenge_ = auth::make_challenge();
+      out_.append(challenge_);
+      auth_state_ = AuthState::kChallenged;
+      continue;
+    }
+    if (n < 1 + auth::kProofBytes) {
+      *need_more = true;
+      return true;
+    }
+    std::string_view proof(reinterpret_cast<const char*>(p + 1), auth::kProofBytes);
+    if (p[0] != auth::kProof ||
+        (!options_.auth_token.empty() && !auth::verify(options_.auth_token, challenge_, proof))) {
+      refused_unauthenticated_ = true;
+      close_reason_ = "authentication failed: wrong token";
+      return false;
+    }
+    begin_ += 1 + auth::kProofBytes;
+    put_u8(&out_, auth::kAccepted);
+    auth_state_ = AuthState::kDone;
+  }
+  *need_more = auth_state_ != AuthState::kDone;
+  return true;
+}
 
 std::span<uint8_t> ProtocolHandler::read_space() {
   // Only here may the buffer move: the caller has no read in flight into it.
@@ -45,6 +90,11 @@ void ProtocolHandler::commit(size_t n) {
 }
 
 bool ProtocolHandler::process() {
+  if (auth_state_ != AuthState::kDone) {
+    bool need_more = false;
+    if (!authenticate(&need_more)) return false;
+    if (need_more) return true;
+  }
   while (begin_ < end_) {
     std::span<const uint8_t> pending(in_.get() + begin_, end_ - begin_);
     if (!dialect_known_) {

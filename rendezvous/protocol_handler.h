@@ -22,8 +22,10 @@ namespace cohort::rdzv {
 
 class ProtocolHandler {
  public:
-  // `state` and `options` must outlive the handler.
-  ProtocolHandler(StoreState& state, const StoreServerOptions& options, SessionId id);
+  // `state` and `options` must outlive the handler. `must_authenticate`: the connection must
+  // complete the token handshake (auth.h) before any request.
+  ProtocolHandler(StoreState& state, const StoreServerOptions& options, SessionId id,
+                  bool must_authenticate = false);
 
   // Writable space at the end of the input buffer (at least 512 bytes); then commit() what was
   // put. The buffer may move here, so no read may be in flight into an earlier span.
@@ -48,6 +50,8 @@ class ProtocolHandler {
   bool has_input() const { return begin_ < end_; }
   size_t buffered_input() const { return end_ - begin_; }
   const std::string& close_reason() const { return close_reason_; }
+  // True when the connection was closed for lack of (valid) authentication.
+  bool refused_unauthenticated() const { return refused_unauthenticated_; }
 
   // Output beyond this stops processing until the client reads its replies.
   static constexpr size_t kMaxQueuedOutput = 64ull << 20;
@@ -66,6 +70,15 @@ class ProtocolHandler {
   size_t begin_ = 0;  // first unconsumed byte of in_
   size_t end_ = 0;    // end of valid bytes in in_
   std::string out_;
+  // Runs the token handshake on buffered bytes; false when the connection must close. Sets
+  // *need_more when it waits for bytes.
+  bool authenticate(bool* need_more);
+
+  enum class AuthState { kNone, kChallenged, kDone };
+  const bool must_authenticate_;
+  AuthState auth_state_ = AuthState::kNone;
+  std::string challenge_;
+  bool refused_unauthenticated_ = false;
   bool dialect_known_ = false;
   Dialect dialect_ = Dialect::kLegacy;
   bool waiting_ = false;

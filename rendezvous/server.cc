@@ -76,10 +76,14 @@ class StoreServer::Impl final : public SessionHost,
   StoreState& state() override { return state_; }
   const StoreServerOptions& options() const override { return options_; }
   spdlog::logger& log() override { return *log_; }
-  void on_session_closed(SessionId id, bool for_limit) override {
+  void on_session_closed(SessionId id, bool for_limit, bool unauthenticated) override {
     state_.drop_session(id);
     sessions_.erase(id);
-    if (for_limit) ++stats_.closed_for_limit;
+    if (unauthenticated) {
+      ++stats_.refused_unauthenticated;
+    } else if (for_limit) {
+      ++stats_.closed_for_limit;
+    }
   }
 
   // StoreListener
@@ -145,11 +149,18 @@ class StoreServer::Impl final : public SessionHost,
     }
     std::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
-    std::string peer;
+    std::string peer, peer_addr;
     auto ep = socket.remote_endpoint(ignored);
-    peer = ignored ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+    if (!ignored) {
+      peer_addr = ep.address().to_string();
+      peer = peer_addr + ":" + std::to_string(ep.port());
+    }
+    bool must_authenticate = !options_.auth_token.empty();
+    for (const auto& net : options_.allow_unauthenticated)
+      if (must_authenticate && net.contains(peer_addr)) must_authenticate = false;
     SessionId id = next_id_++;
-    auto session = std::make_shared<Session>(*this, std::move(socket), id, std::move(peer));
+    auto session = std::make_shared<Session>(*this, std::move(socket), id,
+                                             peer.empty() ? "?" : peer, must_authenticate);
     sessions_.emplace(id, session);
     session->start();
     do_accept();

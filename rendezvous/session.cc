@@ -7,13 +7,14 @@
 
 namespace cohort::rdzv {
 
-Session::Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, std::string peer)
+Session::Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, std::string peer,
+                 bool must_authenticate)
     : host_(host),
       socket_(std::move(socket)),
       partial_timer_(socket_.get_executor()),
       id_(id),
       peer_(std::move(peer)),
-      handler_(host.state(), host.options(), id) {}
+      handler_(host.state(), host.options(), id, must_authenticate) {}
 
 void Session::start() {
   do_read();
@@ -140,7 +141,7 @@ void Session::close(const std::string& reason, bool for_limit) {
   std::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
-  host_.on_session_closed(id_, for_limit);
+  host_.on_session_closed(id_, for_limit, handler_.refused_unauthenticated());
 }
 
 }  // namespace cohort::rdzv

@@ -28,14 +28,16 @@ class SessionHost {
   virtual StoreState& state() = 0;
   virtual const StoreServerOptions& options() const = 0;
   virtual spdlog::logger& log() = 0;
-  // The session closed its socket; `for_limit` when a limit or a protocol error caused it.
-  virtual void on_session_closed(SessionId id, bool for_limit) = 0;
+  // The session closed its socket; `for_limit` when a limit or a protocol error caused it,
+  // `unauthenticated` when it had no valid token.
+  virtual void on_session_closed(SessionId id, bool for_limit, bool unauthenticated) = 0;
 };
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
   // `host` must outlive every session.
-  Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, std::string peer);
+  Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, std::string peer,
+          bool must_authenticate);
 
   void start();
   // Closes the connection without a log line (server shutdown).

@@ -200,6 +200,13 @@ int64_t TcpConnection::read_i64(Clock::time_point deadline) {
   return v;
 }
 
+std::string TcpConnection::read_exact(size_t n, Clock::time_point deadline) {
+  fill(n, deadline);
+  std::string s(buf_.data() + pos_, n);
+  pos_ += n;
+  return s;
+}
+
 std::string TcpConnection::read_bytes(Clock::time_point deadline, uint64_t max) {
   uint64_t n = static_cast<uint64_t>(read_i64(deadline));
   if (n > max) throw ConnectionLost("reply announces " + std::to_string(n) + " bytes");

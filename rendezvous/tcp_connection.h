@@ -43,6 +43,8 @@ class TcpConnection {
   uint8_t read_u8(Clock::time_point deadline);
   uint32_t read_u32(Clock::time_point deadline);
   int64_t read_i64(Clock::time_point deadline);
+  // Exactly n bytes.
+  std::string read_exact(size_t n, Clock::time_point deadline);
   // A u64-length-prefixed string; lengths above `max` are treated as a broken stream.
   std::string read_bytes(Clock::time_point deadline, uint64_t max = 1ull << 32);
 

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cohort/rdzv/auth.h"
 #include "cohort/rdzv/codec.h"
 #include "tcp_connection.h"
 
@@ -109,6 +110,20 @@ void TcpStore::reconnect_locked() {
     auto c = TcpConnection::connect(detail::strip_brackets(options_.host), options_.port, deadline,
                                     options_.abandon);
     auto conn = std::make_unique<Connection>(std::move(c));
+    if (!options_.auth_token.empty()) {
+      auto hs_deadline = std::max(deadline, Clock::now() + std::chrono::seconds(10));
+      conn->conn.send_all(std::string(1, static_cast<char>(auth::kHello)), hs_deadline);
+      std::string challenge = conn->conn.read_exact(auth::kChallengeBytes, hs_deadline);
+      std::string proof(1, static_cast<char>(auth::kProof));
+      proof += auth::prove(options_.auth_token, challenge);
+      conn->conn.send_all(proof, hs_deadline);
+      try {
+        if (conn->conn.read_u8(hs_deadline) != auth::kAccepted)
+          throw std::runtime_error("unexpected answer");
+      } catch (const ConnectionLost&) {
+        throw std::runtime_error("the server refused our token");
+      }
+    }
     if (options_.dialect == StoreDialect::kCurrent) {
       RequestBuilder b(rdzv::Dialect::kCurrent);
       std::string hello;

@@ -237,14 +237,19 @@ Context Context::from_env(const EnvMap& env) {
     auto store = std::make_shared<MemoryStore>(id.timeout);
     return from_store(std::move(id), std::move(store));
   }
+  // cohortrun --auth-token-file hands the store's token to its workers.
+  auto token_it = env.find("COHORT_STORE_TOKEN");
+  const std::string token = token_it == env.end() ? std::string() : token_it->second;
   std::shared_ptr<void> server;
   if (id.rank0_hosts_store && id.rank == 0) {
     rdzv::StoreServerOptions so;
     so.host = "0.0.0.0";
     so.port = static_cast<uint16_t>(id.master_port);
+    so.auth_token = token;
     server = std::make_shared<rdzv::StoreServerThread>(so);
   }
   TcpStoreOptions options;
+  options.auth_token = token;
   options.host = id.master_addr;
   options.port = id.master_port;
   options.dialect = dialect_of(id.store_dialect);

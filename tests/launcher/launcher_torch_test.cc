@@ -78,6 +78,21 @@ TEST_F(LauncherTest, PyTorchDdpScriptRunsUnchanged) {
   EXPECT_EQ(count_of(r.out, ": ddp ok"), 2u) << r.out;
 }
 
+TEST_F(LauncherTest, ProtectedStoreAdmitsPyTorchWorkersOnlyFromListedNetworks) {
+  std::string token = dir_ + "/token";
+  std::ofstream(token) << "job-secret\n";
+  auto refused = run(cohortrun({"--nproc-per-node", "2", "--auth-token-file", token},
+                               {kInterop + "gloo_worker.py"}),
+                     {}, 180s);
+  EXPECT_EQ(refused.exit_code(), 1) << refused.out << refused.err;
+  auto admitted = run(cohortrun({"--nproc-per-node", "2", "--auth-token-file", token,
+                                 "--allow-unauthenticated-from", "127.0.0.0/8"},
+                                {kInterop + "gloo_worker.py"}),
+                      {}, 180s);
+  EXPECT_EQ(admitted.exit_code(), 0) << admitted.err;
+  EXPECT_EQ(count_of(admitted.out, "allreduce ok"), 2u) << admitted.out;
+}
+
 TEST_F(LauncherTest, TwoStaticNodesRunAGlooJob) {
   std::string port = std::to_string(free_port());
   auto node = [&](int rank) {

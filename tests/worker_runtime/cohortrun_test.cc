@@ -7,6 +7,8 @@
 // --rdzv-id, --no-python.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "process_harness.h"
 
 namespace cohort::test {
@@ -41,6 +43,16 @@ int count(const std::string& s, const std::string& needle) {
   int n = 0;
   for (size_t p = s.find(needle); p != std::string::npos; p = s.find(needle, p + 1)) ++n;
   return n;
+}
+
+TEST(UnderCohortrun, WorkersPresentTheStoreTokenOfAProtectedStore) {
+  if (!have_cohortrun()) GTEST_SKIP() << COHORT_COHORTRUN << " is not built yet";
+  TempDir dir;
+  const std::string token = dir.path() + "/token";
+  std::ofstream(token) << "job-secret\n";
+  LauncherRun r =
+      cohortrun({"--nproc-per-node=2", "--auth-token-file", token}, "collectives", {}, dir);
+  EXPECT_TRUE(r.child.exited_with(0)) << r.out;
 }
 
 TEST(UnderCohortrun, KilledPeerMakesTheGroupRestart) {

@@ -6,6 +6,7 @@
 //   Slurm direct launch:  SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, ... ;
 //   Open MPI:             OMPI_COMM_WORLD_RANK, _LOCAL_RANK, _SIZE, _LOCAL_SIZE.
 // A missing or malformed variable throws cohort::Error naming it and what to set.
+// COHORT_STORE_TOKEN (set by cohortrun --auth-token-file) is presented to a token-protected store.
 //
 // store() is namespaced by run id and restart count ("cohort/<run_id>/<restart>/"), so stale
 // attempts and co-located jobs never mix; root_store() is the raw store.

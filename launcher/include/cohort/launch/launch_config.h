@@ -65,6 +65,11 @@ struct LaunchConfig {
   std::chrono::milliseconds rdzv_timeout{std::chrono::seconds(900)};
   std::chrono::milliseconds exit_barrier_timeout{std::chrono::seconds(30)};
   bool sweep_orphans = true;
+  // The store's token (cohortd's HMAC handshake): hosted stores require it, agents and
+  // libcohort workers (COHORT_STORE_TOKEN) present it; PyTorch workers cannot, so they connect
+  // from `allow_unauthenticated_from` networks (comma-separated CIDRs) or not at all.
+  std::string auth_token;
+  std::string allow_unauthenticated_from;
   bool slurm = false;  // --slurm or --nnodes slurm: derive the job's shape from SLURM_*
 
   // Flags given on the command line or through PET_* (their dashed names, "--nproc-per-node"),

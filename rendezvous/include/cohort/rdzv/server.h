@@ -14,7 +14,9 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "cohort/rdzv/auth.h"
 #include "cohort/rdzv/codec.h"
 
 namespace asio {
@@ -33,13 +35,19 @@ struct StoreServerOptions {
   // A request begun but not completed within this time closes its connection (a slow client
   // cannot hold a connection slot with half a request). Idle connections are fine. 0: no limit.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
+  // When set, every connection must prove it knows this token (auth.h) before anything else,
+  // except those from `allow_unauthenticated` networks (PyTorch's clients cannot authenticate).
+  std::string auth_token;
+  std::vector<auth::Cidr> allow_unauthenticated;
 };
 
 struct StoreServerStats {
-  size_t connections = 0;         // open now
-  uint64_t accepted = 0;          // since start
-  uint64_t refused = 0;           // closed at accept because of max_connections
-  uint64_t closed_for_limit = 0;  // a limit, a malformed request, or --request-timeout
+  size_t connections = 0;  // open now
+  uint64_t accepted = 0;   // since start
+  uint64_t refused = 0;    // closed at accept because of max_connections
+  uint64_t closed_for_limit = 0;
+  uint64_t refused_unauthenticated =
+      0;  // no token, or a wrong one  // a limit, a malformed request, or --request-timeout
   size_t parked_waits = 0;
   int64_t keys = 0;
 };

@@ -38,6 +38,9 @@ struct TcpStoreOptions {
   // When set and true, connecting stops retrying (checked between attempts); lets an owner shut
   // down while a connect is still waiting for the server to appear. Must outlive the store.
   const std::atomic<bool>* abandon = nullptr;
+  // cohortd with --auth-token-file: prove knowledge of this token at connect (auth.h). A server
+  // without a token accepts the proof too; PyTorch's servers do not know the handshake.
+  std::string auth_token;
 };
 
 class TcpStore final : public Store {

@@ -1,0 +1,55 @@
+// cohortd's authentication: an HMAC-SHA256 challenge-response that a connection completes before
+// anything else, when the server has a token. PyTorch's clients cannot take part, so a server may
+// admit unauthenticated connections from listed networks (cohortd --allow-unauthenticated-from).
+//
+// On the wire (opcodes no PyTorch dialect uses, so detection stays unambiguous):
+//   client  41                      AUTH_HELLO
+//   server  <32 random bytes>       the challenge
+//   client  42 <32 bytes>           AUTH_PROOF = HMAC-SHA256(token, challenge || "cohort-auth-v1")
+//   server  01                      accepted (a wrong proof closes the connection)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cohort::auth {
+
+inline constexpr uint8_t kHello = 0x41;
+inline constexpr uint8_t kProof = 0x42;
+inline constexpr uint8_t kAccepted = 0x01;
+inline constexpr size_t kChallengeBytes = 32;
+inline constexpr size_t kProofBytes = 32;
+
+// 32 bytes from the system's CSPRNG.
+std::string make_challenge();
+// HMAC-SHA256(token, challenge || "cohort-auth-v1").
+std::string prove(std::string_view token, std::string_view challenge);
+// Constant-time comparison of `proof` with the expected one.
+bool verify(std::string_view token, std::string_view challenge, std::string_view proof);
+
+// Reads a token file: its content without surrounding whitespace. Throws std::runtime_error
+// naming the file when it cannot be read or is empty.
+std::string read_token_file(const std::string& path);
+
+// A network such as "10.0.0.0/8", "127.0.0.1" (one host) or "fd00::/8".
+class Cidr {
+ public:
+  // Throws std::invalid_argument naming the bad text.
+  static Cidr parse(const std::string& text);
+  // `address` in numeric form; IPv4-mapped IPv6 addresses match IPv4 networks.
+  bool contains(const std::string& address) const;
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+  bool v6_ = false;
+  std::vector<uint8_t> bytes_;
+  int prefix_ = 0;
+};
+
+// Parses a comma-separated list of networks.
+std::vector<Cidr> parse_cidrs(const std::string& list);
+
+}  // namespace cohort::auth

@@ -1,0 +1,138 @@
+// cohortd's token handshake: our clients in, everyone else out, except listed networks.
+#include "cohort/rdzv/auth.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "cohort/rdzv/server.h"
+#include "cohort/rdzv/tcp_store.h"
+#include "hex.h"
+#include "raw_client.h"
+
+namespace cohort {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RawClient;
+using testing::unhex;
+
+TEST(Auth, ProofsVerifyOnlyWithTheSameTokenAndChallenge) {
+  std::string c = auth::make_challenge();
+  ASSERT_EQ(c.size(), auth::kChallengeBytes);
+  EXPECT_NE(c, auth::make_challenge());
+  std::string p = auth::prove("secret", c);
+  EXPECT_EQ(p.size(), auth::kProofBytes);
+  EXPECT_TRUE(auth::verify("secret", c, p));
+  EXPECT_FALSE(auth::verify("Secret", c, p));
+  EXPECT_FALSE(auth::verify("secret", auth::make_challenge(), p));
+  EXPECT_FALSE(auth::verify("secret", c, p.substr(1)));
+}
+
+TEST(Auth, Networks) {
+  auto lo = auth::Cidr::parse("127.0.0.0/8");
+  EXPECT_TRUE(lo.contains("127.0.0.1"));
+  EXPECT_TRUE(lo.contains("::ffff:127.1.2.3"));  // IPv4-mapped, as a dual-stack socket reports it
+  EXPECT_FALSE(lo.contains("10.0.0.1"));
+  EXPECT_FALSE(lo.contains("::1"));
+  EXPECT_TRUE(auth::Cidr::parse("10.78.0.2").contains("10.78.0.2"));
+  EXPECT_FALSE(auth::Cidr::parse("10.78.0.2").contains("10.78.0.3"));
+  EXPECT_TRUE(auth::Cidr::parse("fd00::/8").contains("fd12::1"));
+  EXPECT_TRUE(auth::Cidr::parse("0.0.0.0/0").contains("1.2.3.4"));
+  EXPECT_THROW(auth::Cidr::parse("10.0.0.0/33"), std::invalid_argument);
+  EXPECT_THROW(auth::Cidr::parse("nonsense/8"), std::invalid_argument);
+  EXPECT_EQ(auth::parse_cidrs("127.0.0.1,10.0.0.0/8").size(), 2u);
+}
+
+rdzv::StoreServerOptions with_token(std::vector<std::string> allow = {}) {
+  rdzv::StoreServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.auth_token = "s3cret-token";
+  for (const auto& a : allow) o.allow_unauthenticated.push_back(auth::Cidr::parse(a));
+  return o;
+}
+
+TcpStoreOptions client(int port, std::string token) {
+  TcpStoreOptions o;
+  o.port = port;
+  o.auth_token = std::move(token);
+  o.connect_timeout = 2s;
+  o.timeout = 2s;
+  return o;
+}
+
+TEST(Auth, ClientsWithTheTokenGetIn) {
+  rdzv::StoreServerThread server(with_token());
+  TcpStore s(client(server.port(), "s3cret-token"));
+  s.set("k", "v");
+  EXPECT_EQ(s.get("k"), "v");
+  TcpStoreOptions legacy = client(server.port(), "s3cret-token");
+  legacy.dialect = StoreDialect::kTorch113;
+  TcpStore l(legacy);
+  EXPECT_EQ(l.get("k"), "v");
+}
+
+TEST(Auth, AWrongTokenGetsNothing) {
+  rdzv::StoreServerThread server(with_token());
+  try {
+    TcpStore s(client(server.port(), "guess"));
+    FAIL() << "connected with a wrong token";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("refused our token"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(server.stats().refused_unauthenticated, 1u);
+}
+
+TEST(Auth, ClientsWithoutTheTokenAreClosedBeforeAnyRequest) {
+  rdzv::StoreServerThread server(with_token());
+  {
+    TcpStore owner(client(server.port(), "s3cret-token"));
+    owner.set("/secret", "x");
+  }
+  RawClient pytorch_like(server.port());
+  pytorch_like.send(unhex("02 0700000000000000 2f736563726574"));  // GET /secret, 1.13 dialect
+  EXPECT_TRUE(pytorch_like.closed_by_peer());
+  RawClient newer(server.port());
+  newer.send(unhex("00 cef7853c 0d 01000000"));  // VALIDATE + PING
+  EXPECT_TRUE(newer.closed_by_peer());
+  RawClient bad_proof(server.port());
+  bad_proof.send(unhex("41"));
+  ASSERT_TRUE(bad_proof.read(auth::kChallengeBytes));
+  bad_proof.send(unhex("42") + std::string(auth::kProofBytes, 'x'));
+  EXPECT_TRUE(bad_proof.closed_by_peer());
+  EXPECT_EQ(server.stats().refused_unauthenticated, 3u);
+}
+
+TEST(Auth, ListedNetworksMaySkipTheToken) {
+  rdzv::StoreServerThread server(with_token({"127.0.0.0/8"}));
+  RawClient pytorch_like(server.port());
+  pytorch_like.send(unhex("06"));  // GETNUMKEYS
+  EXPECT_TRUE(pytorch_like.read(8));
+  TcpStore ours(client(server.port(), "s3cret-token"));  // and the handshake still works
+  ours.set("a", "b");
+  EXPECT_EQ(ours.get("a"), "b");
+}
+
+TEST(Auth, OurTokenIsHarmlessToAServerWithoutOne) {
+  rdzv::StoreServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  rdzv::StoreServerThread server(o);
+  TcpStore s(client(server.port(), "whatever"));
+  s.set("k", "v");
+  EXPECT_EQ(s.get("k"), "v");
+}
+
+TEST(Auth, TokenFiles) {
+  std::string path = "/tmp/cohort_token_test_" + std::to_string(::getpid());
+  std::ofstream(path) << "  tok-123\n";
+  EXPECT_EQ(auth::read_token_file(path), "tok-123");
+  std::ofstream(path) << "\n \n";
+  EXPECT_THROW(auth::read_token_file(path), std::runtime_error);
+  ::unlink(path.c_str());
+  EXPECT_THROW(auth::read_token_file(path), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace cohort
