@@ -60,7 +60,9 @@ bool update(Store& store, int round, const RoundState& old, RoundState next) {
   next.version = old.version + 1;
   std::string text = encode(next);
   if (store.compare_set(state_key(round), old.text, text) != text) return false;
-  store.set(changed_key(round, next.version), "1");
+  // Acknowledged (a compare_set has a reply, a SET none): a store that dies right after the
+  // state change still gets this wake-up, from our retry once it is back.
+  store.compare_set(changed_key(round, next.version), "", "1");
   return true;
 }
 

@@ -120,6 +120,9 @@ JobRendezvous::JobRendezvous(asio::io_context& io, const LaunchConfig& c, std::s
         node_id_, dynamic_.keep_alive_interval * dynamic_.keep_alive_max_attempt);
   }
   client.auth_token = c.auth_token;
+  // Our stores (cohortd, or an agent's) run tagged writes once: safe to retry across a restart.
+  client.dialect = StoreDialect::kCurrent;
+  client.tagged_writes = true;
   StoreBridge::StoreFactory factory;
   if (b == "etcd") {
     factory = [client](const std::atomic<bool>* abandon) -> std::unique_ptr<Store> {

@@ -561,7 +561,8 @@ void Launcher::Impl::finish(const action::Finish& f) {
   exit_code_ = f.exit_code;
   stop_timer_.cancel();
   if (!f.failed) {
-    log_->info("all {} workers of node {} succeeded", assignment_.local_world_size, cfg_.node_rank);
+    log_->info("all {} workers of node {} succeeded", assignment_.local_world_size,
+               assignment_.node_rank);
   }
   rdzv_->stop_keep_alive();
   auto after_report = [this] {

@@ -159,6 +159,7 @@ DetectStatus detect_dialect(std::span<const uint8_t> first) {
   // VALIDATE-era clients always open with 00 ce f7 85 3c. In the 1.13 numbering those bytes would
   // start a SET whose key is about a gigabyte long, which no real client sends.
   static constexpr uint8_t kPrefix[5] = {0x00, 0xce, 0xf7, 0x85, 0x3c};
+  if (first[0] == kTaggedOpcode) return DetectStatus::kCurrent;  // only our clients tag
   size_t n = std::min<size_t>(first.size(), 5);
   for (size_t i = 0; i < n; ++i)
     if (first[i] != kPrefix[i]) return DetectStatus::kLegacy;

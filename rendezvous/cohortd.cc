@@ -43,6 +43,13 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
   app.add_option("--allow-unauthenticated-from", allow,
                  "Networks (a.b.c.d/n, comma-separated) whose clients may skip the token: "
                  "PyTorch's own clients cannot authenticate");
+  std::string fsync = "interval";
+  app.add_option("--data-dir", s.data_dir,
+                 "Keep the store in this directory: a restarted cohortd has every key and counter");
+  app.add_option("--fsync", fsync,
+                 "With --data-dir: always (every write), interval (every 100 ms) or never; a "
+                 "killed cohortd loses nothing either way, a crashed machine at most the interval")
+      ->capture_default_str();
   double request_timeout_s = s.request_timeout.count() / 1000.0;
   app.add_option("--request-timeout", request_timeout_s,
                  "Seconds a client may take to finish a request it has begun (0: no limit)")
@@ -55,6 +62,7 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
   }
   s.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000));
   try {
+    s.fsync = parse_fsync_policy(fsync);
     if (!token_file.empty()) s.auth_token = auth::read_token_file(token_file);
     s.allow_unauthenticated = auth::parse_cidrs(allow);
   } catch (const std::exception& e) {

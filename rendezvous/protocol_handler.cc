@@ -108,6 +108,15 @@ bool ProtocolHandler::process() {
       if (!op || *op != Op::kCancelWait) break;  // held until the wait ends
     }
     if (out_.size() > kMaxQueuedOutput) break;  // resumes when the client reads its replies
+    // A tagged write: run once per (client, request), however often it is sent.
+    uint64_t tag_client = 0, tag_request = 0;
+    bool tagged = pending[0] == kTaggedOpcode;
+    if (tagged) {
+      WireReader r(pending);
+      uint8_t opcode;
+      if (!r.u8(&opcode) || !r.u64(&tag_client) || !r.u64(&tag_request)) break;
+      pending = pending.subspan(kTagBytes);
+    }
     DecodeResult res = decode_request(dialect_, pending, options_.limits, &req_);
     if (res.status == DecodeStatus::kNeedMore) {
       if (pending.size() > options_.max_request_bytes) {
@@ -120,6 +129,26 @@ bool ProtocolHandler::process() {
     if (res.status == DecodeStatus::kBad) {
       close_reason_ = res.error;
       return false;
+    }
+    if (tagged) {
+      static constexpr Op kWrites[] = {Op::kSet,       Op::kCompareSet, Op::kAdd,
+                                       Op::kDeleteKey, Op::kAppend,     Op::kMultiSet};
+      if (std::find(std::begin(kWrites), std::end(kWrites), req_.op) == std::end(kWrites)) {
+        close_reason_ = "a tagged request must be a write, not " + std::string(op_name(req_.op));
+        return false;
+      }
+      begin_ += kTagBytes + res.consumed;
+      if (const std::string* cached = state_.cached_reply(tag_client, tag_request)) {
+        out_.append(*cached);  // a retry: the write already happened
+        continue;
+      }
+      const size_t reply_start = out_.size();
+      state_.begin_batch();
+      bool keep = dispatch(req_);
+      if (keep) state_.remember_reply(tag_client, tag_request, out_.substr(reply_start));
+      state_.end_batch();
+      if (!keep) return false;
+      continue;
     }
     bool keep = dispatch(req_);
     begin_ += res.consumed;

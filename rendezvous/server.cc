@@ -14,6 +14,7 @@
 #include "cohort/rdzv/error.h"
 #include "cohort/rdzv/logging.h"
 #include "session.h"
+#include "store_log.h"
 #include "store_state.h"
 
 namespace cohort::rdzv {
@@ -30,7 +31,8 @@ class StoreServer::Impl final : public SessionHost,
         log_(component_logger("store")),
         state_(this, options_.max_waiters),
         acceptor_(io),
-        retry_timer_(io) {
+        retry_timer_(io),
+        journal_timer_(io) {
     tcp::endpoint ep = resolve(options_.host, options_.port);
     std::error_code ec;
     acceptor_.open(ep.protocol(), ec);
@@ -46,9 +48,19 @@ class StoreServer::Impl final : public SessionHost,
                                                      : ""));
     }
     port_ = acceptor_.local_endpoint().port();
+    if (!options_.data_dir.empty()) {
+      journal_ = std::make_unique<StoreLog>(options_.data_dir, &state_, options_.fsync);
+      stats_.replayed_records = journal_->replayed_records();
+      log_->info("data dir {}: {} keys restored from {} log records{}", options_.data_dir,
+                 state_.num_keys(), journal_->replayed_records(),
+                 journal_->dropped_torn_tail() ? " (a torn last record was dropped)" : "");
+    }
   }
 
-  void start() { do_accept(); }
+  void start() {
+    do_accept();
+    if (journal_) arm_journal_timer();
+  }
 
   uint16_t port() const { return port_; }
   std::string address() const { return format_address(options_.host, port_); }
@@ -59,6 +71,8 @@ class StoreServer::Impl final : public SessionHost,
     std::error_code ignored;
     acceptor_.close(ignored);
     retry_timer_.cancel();
+    journal_timer_.cancel();
+    if (journal_) journal_->sync();
     auto sessions = std::move(sessions_);
     sessions_.clear();
     for (auto& [id, s] : sessions) s->stop();
@@ -112,6 +126,30 @@ class StoreServer::Impl final : public SessionHost,
       throw Error("cannot resolve the listen address '" + host + "': " + ec.message());
     }
     return results.begin()->endpoint();
+  }
+
+  // Every fsync interval: fsync what was written; about once a second: compact if worthwhile.
+  void arm_journal_timer() {
+    auto period =
+        options_.fsync == FsyncPolicy::kInterval
+            ? std::min<std::chrono::milliseconds>(options_.fsync_interval, std::chrono::seconds(1))
+            : std::chrono::milliseconds(1000);
+    journal_timer_.expires_after(period);
+    journal_timer_.async_wait([self = shared_from_this(), period](std::error_code ec) {
+      if (ec || self->stopped_) return;
+      if (self->options_.fsync == FsyncPolicy::kInterval) self->journal_->sync();
+      self->since_compaction_check_ += period;
+      if (self->since_compaction_check_ >= std::chrono::seconds(1)) {
+        self->since_compaction_check_ = {};
+        try {
+          if (self->journal_->maybe_compact())
+            self->log_->info("compacted the store log in {}", self->options_.data_dir);
+        } catch (const std::exception& e) {
+          self->log_->error("compaction failed: {}", e.what());
+        }
+      }
+      self->arm_journal_timer();
+    });
   }
 
   void do_accept() {
@@ -172,6 +210,9 @@ class StoreServer::Impl final : public SessionHost,
   StoreState state_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;
+  asio::steady_timer journal_timer_;
+  std::unique_ptr<StoreLog> journal_;  // with --data-dir
+  std::chrono::milliseconds since_compaction_check_{0};
   uint16_t port_ = 0;
   bool stopped_ = false;
   SessionId next_id_ = 1;

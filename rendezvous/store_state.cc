@@ -50,6 +50,7 @@ void StoreState::set(std::string_view key, std::string_view value) {
     it->second.assign(value);
     notify_watchers(key, kWatchUpdated, old, value);
   }
+  changed(key);
   wake(key);
 }
 
@@ -74,6 +75,7 @@ bool StoreState::add(std::string_view key, int64_t delta, int64_t* result) {
     notify_watchers(key, kWatchUpdated, old, text);
   }
   *result = sum;
+  changed(key);
   wake(key);
   return true;
 }
@@ -94,6 +96,7 @@ std::string StoreState::compare_set(std::string_view key, std::string_view expec
   } else {
     return it->second;
   }
+  changed(key);
   // PyTorch 1.13's daemon does not wake waiters here (its libuv daemon does). A written key is a
   // written key: we wake them, which no client can observe as anything but a faster rendezvous.
   wake(key);
@@ -110,6 +113,7 @@ bool StoreState::delete_key(std::string_view key) {
   std::string old = std::move(it->second);
   data_.erase(it);
   notify_watchers(key, kWatchDeleted, old, {});
+  if (journal_) journal_->on_change(key, nullptr);
   return true;
 }
 
@@ -123,6 +127,7 @@ void StoreState::append(std::string_view key, std::string_view value) {
     it->second.append(value);
     notify_watchers(key, kWatchUpdated, old, it->second);
   }
+  changed(key);
   wake(key);
 }
 
@@ -258,6 +263,41 @@ void StoreState::drop_session(SessionId session) {
     if (w->second.empty()) watchers_by_key_.erase(w);
   }
   watched_keys_.erase(it);
+}
+
+void StoreState::changed(std::string_view key) {
+  if (!journal_) return;
+  auto it = data_.find(key);
+  journal_->on_change(key, it == data_.end() ? nullptr : &it->second);
+}
+
+void StoreState::restore_delete(std::string_view key) {
+  auto it = data_.find(key);
+  if (it != data_.end()) data_.erase(it);
+}
+
+const std::string* StoreState::cached_reply(uint64_t client, uint64_t request) const {
+  auto it = replies_.find(client);
+  if (it == replies_.end() || it->second.request != request) return nullptr;
+  return &it->second.reply;
+}
+
+void StoreState::remember_reply(uint64_t client, uint64_t request, std::string reply) {
+  constexpr size_t kMaxClients = 100000;
+  if (journal_) journal_->on_reply(client, request, reply);
+  auto [it, inserted] = replies_.insert_or_assign(client, CachedReply{request, std::move(reply)});
+  if (inserted) {
+    reply_order_.push_back(client);
+    while (replies_.size() > kMaxClients) {
+      replies_.erase(reply_order_.front());
+      reply_order_.pop_front();
+    }
+  }
+}
+
+void StoreState::for_each_reply(
+    const std::function<void(uint64_t, uint64_t, const std::string&)>& fn) const {
+  for (const auto& [client, r] : replies_) fn(client, r.request, r.reply);
 }
 
 void StoreState::for_each(

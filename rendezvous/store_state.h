@@ -76,6 +76,39 @@ class StoreState {
   // Visits every key and value (for snapshots).
   void for_each(const std::function<void(const std::string&, const std::string&)>& fn) const;
 
+  // The store's log (store_log.h): told every change of a key (the new value, or nullptr when
+  // deleted) and every remembered reply, grouped in batches that must persist all or nothing.
+  // Queues are not journaled: they do not persist.
+  class Journal {
+   public:
+    virtual ~Journal() = default;
+    virtual void on_change(std::string_view key, const std::string* value) = 0;
+    virtual void on_reply(uint64_t client, uint64_t request, const std::string& reply) = 0;
+    virtual void begin_batch() = 0;
+    virtual void end_batch() = 0;
+  };
+  // `journal` must outlive the state (nullptr: none).
+  void set_journal(Journal* journal) { journal_ = journal; }
+  void begin_batch() {
+    if (journal_) journal_->begin_batch();
+  }
+  void end_batch() {
+    if (journal_) journal_->end_batch();
+  }
+
+  // Replies to tagged requests (cohortd's extension for safe retries): the last reply per client.
+  // nullptr unless `request` is that client's last request.
+  const std::string* cached_reply(uint64_t client, uint64_t request) const;
+  void remember_reply(uint64_t client, uint64_t request, std::string reply);
+  void for_each_reply(
+      const std::function<void(uint64_t client, uint64_t request, const std::string&)>& fn) const;
+
+  // Restores a key without waking or notifying anyone (loading a log).
+  void restore(std::string key, std::string value) {
+    data_.insert_or_assign(std::move(key), std::move(value));
+  }
+  void restore_delete(std::string_view key);
+
  private:
   struct PendingWait {
     uint64_t seq;
@@ -88,6 +121,8 @@ class StoreState {
   };
 
   bool exists(std::string_view key) const;
+  // Tells the change observer the key's current value.
+  void changed(std::string_view key);
   // Counts the write of `key` against the waits parked on it; `only_one` wakes a single waiter
   // (a queue push feeds one pop).
   void wake(std::string_view key, bool only_one = false);
@@ -104,6 +139,13 @@ class StoreState {
   StringMap<std::vector<SessionId>> watchers_by_key_;
   std::unordered_map<SessionId, std::vector<std::string>> watched_keys_;
   uint64_t next_wait_seq_ = 1;
+  Journal* journal_ = nullptr;
+  struct CachedReply {
+    uint64_t request;
+    std::string reply;
+  };
+  std::unordered_map<uint64_t, CachedReply> replies_;
+  std::deque<uint64_t> reply_order_;  // clients in first-seen order, to bound replies_
 };
 
 }  // namespace cohort::rdzv

@@ -3,6 +3,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <random>
+#include <thread>
+
 #include "cohort/rdzv/auth.h"
 #include "cohort/rdzv/codec.h"
 #include "tcp_connection.h"
@@ -82,6 +85,11 @@ class RequestBuilder {
 }  // namespace
 
 TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
+  if (options_.tagged_writes && options_.dialect != StoreDialect::kCurrent) {
+    throw StoreError("tagged writes need the current dialect", "", "");
+  }
+  client_id_ = std::random_device{}();
+  client_id_ = (client_id_ << 32) ^ std::random_device{}() ^ static_cast<uint64_t>(::getpid());
   std::string host = detail::strip_brackets(options_.host);
   address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
              std::to_string(options_.port);
@@ -106,39 +114,26 @@ void TcpStore::drop_connection_locked() {
 void TcpStore::reconnect_locked() {
   drop_connection_locked();
   auto deadline = Clock::now() + options_.connect_timeout;
+  auto backoff = std::chrono::milliseconds(20);
   try {
-    auto c = TcpConnection::connect(detail::strip_brackets(options_.host), options_.port, deadline,
-                                    options_.abandon);
-    auto conn = std::make_unique<Connection>(std::move(c));
-    if (!options_.auth_token.empty()) {
-      auto hs_deadline = std::max(deadline, Clock::now() + std::chrono::seconds(10));
-      conn->conn.send_all(std::string(1, static_cast<char>(auth::kHello)), hs_deadline);
-      std::string challenge = conn->conn.read_exact(auth::kChallengeBytes, hs_deadline);
-      std::string proof(1, static_cast<char>(auth::kProof));
-      proof += auth::prove(options_.auth_token, challenge);
-      conn->conn.send_all(proof, hs_deadline);
+    for (;;) {
+      auto c = TcpConnection::connect(detail::strip_brackets(options_.host), options_.port,
+                                      deadline, options_.abandon);
+      auto conn = std::make_unique<Connection>(std::move(c));
       try {
-        if (conn->conn.read_u8(hs_deadline) != auth::kAccepted)
-          throw std::runtime_error("unexpected answer");
+        handshake_locked(*conn, deadline);
       } catch (const ConnectionLost&) {
-        throw std::runtime_error("the server refused our token");
+        // Accepted by a listener that died at once (a store being restarted): try again.
+        if (Clock::now() >= deadline || (options_.abandon && options_.abandon->load())) throw;
+        std::this_thread::sleep_for(backoff);
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+        continue;
       }
+      std::lock_guard fd_lock(fd_mu_);
+      conn_ = std::move(conn);
+      live_fd_ = conn_->conn.fd();
+      return;
     }
-    if (options_.dialect == StoreDialect::kCurrent) {
-      RequestBuilder b(rdzv::Dialect::kCurrent);
-      std::string hello;
-      b.op(Op::kValidate).u32(rdzv::kValidationMagic).into(&hello);
-      uint32_t nonce = static_cast<uint32_t>(::getpid());
-      b.op(Op::kPing).u32(nonce).into(&hello);
-      auto hs_deadline = std::max(deadline, Clock::now() + std::chrono::seconds(10));
-      conn->conn.send_all(hello, hs_deadline);
-      if (conn->conn.read_u32(hs_deadline) != nonce) {
-        throw std::runtime_error("the server answered PING with a different nonce");
-      }
-    }
-    std::lock_guard fd_lock(fd_mu_);
-    conn_ = std::move(conn);
-    live_fd_ = conn_->conn.fd();
   } catch (const std::exception& e) {
     throw StoreError("cannot connect to the store at " + address_ + " within " +
                          std::to_string(options_.connect_timeout.count()) + " ms: " + e.what() +
@@ -146,6 +141,34 @@ void TcpStore::reconnect_locked() {
                               ? " (a PyTorch 1.13/2.0 server needs StoreDialect::kTorch113)"
                               : ""),
                      "", address_);
+  }
+}
+
+void TcpStore::handshake_locked(Connection& conn, Clock::time_point deadline) {
+  auto hs_deadline = std::max(deadline, Clock::now() + std::chrono::seconds(10));
+  if (!options_.auth_token.empty()) {
+    conn.conn.send_all(std::string(1, static_cast<char>(auth::kHello)), hs_deadline);
+    std::string challenge = conn.conn.read_exact(auth::kChallengeBytes, hs_deadline);
+    std::string proof(1, static_cast<char>(auth::kProof));
+    proof += auth::prove(options_.auth_token, challenge);
+    conn.conn.send_all(proof, hs_deadline);
+    try {
+      if (conn.conn.read_u8(hs_deadline) != auth::kAccepted)
+        throw std::runtime_error("unexpected answer to the token");
+    } catch (const ConnectionLost&) {
+      throw std::runtime_error("the server refused our token");
+    }
+  }
+  if (options_.dialect == StoreDialect::kCurrent) {
+    RequestBuilder b(rdzv::Dialect::kCurrent);
+    std::string hello;
+    b.op(Op::kValidate).u32(rdzv::kValidationMagic).into(&hello);
+    uint32_t nonce = static_cast<uint32_t>(::getpid());
+    b.op(Op::kPing).u32(nonce).into(&hello);
+    conn.conn.send_all(hello, hs_deadline);
+    if (conn.conn.read_u32(hs_deadline) != nonce) {
+      throw std::runtime_error("the server answered PING with a different nonce");
+    }
   }
 }
 
@@ -210,24 +233,39 @@ std::string TcpStore::get(std::string_view key) {
   });
 }
 
+std::string TcpStore::tag() {
+  if (!options_.tagged_writes) return {};
+  std::lock_guard lock(mu_);
+  std::string t;
+  rdzv::put_u8(&t, rdzv::kTaggedOpcode);
+  rdzv::put_u64(&t, client_id_);
+  rdzv::put_u64(&t, next_request_++);
+  return t;
+}
+
 int64_t TcpStore::add(std::string_view key, int64_t delta) {
-  return call(false, "add", key, [&](Connection& c, Clock::time_point deadline) {
-    c.conn.send_all(
-        RequestBuilder(wire_dialect(options_.dialect)).op(Op::kAdd).key(key).delta(delta).bytes(),
-        deadline);
+  const std::string t = tag();  // the same tag on a retry: cohortd runs the add once
+  return call(!t.empty(), "add", key, [&](Connection& c, Clock::time_point deadline) {
+    c.conn.send_all(t + RequestBuilder(wire_dialect(options_.dialect))
+                            .op(Op::kAdd)
+                            .key(key)
+                            .delta(delta)
+                            .bytes(),
+                    deadline);
     return c.conn.read_i64(deadline);
   });
 }
 
 std::string TcpStore::compare_set(std::string_view key, std::string_view expected,
                                   std::string_view desired) {
-  return call(false, "compare_set", key, [&](Connection& c, Clock::time_point deadline) {
-    c.conn.send_all(RequestBuilder(wire_dialect(options_.dialect))
-                        .op(Op::kCompareSet)
-                        .key(key)
-                        .value(expected)
-                        .value(desired)
-                        .bytes(),
+  const std::string t = tag();
+  return call(!t.empty(), "compare_set", key, [&](Connection& c, Clock::time_point deadline) {
+    c.conn.send_all(t + RequestBuilder(wire_dialect(options_.dialect))
+                            .op(Op::kCompareSet)
+                            .key(key)
+                            .value(expected)
+                            .value(desired)
+                            .bytes(),
                     deadline);
     return c.conn.read_bytes(deadline);
   });
@@ -351,9 +389,10 @@ void TcpStore::multi_set(std::span<const std::string> keys, std::span<const std:
 
 void TcpStore::append(std::string_view key, std::string_view value) {
   if (options_.dialect == StoreDialect::kCurrent) {
-    call(false, "append", key, [&](Connection& c, Clock::time_point deadline) {
+    const std::string t = tag();
+    call(!t.empty(), "append", key, [&](Connection& c, Clock::time_point deadline) {
       c.conn.send_all(
-          RequestBuilder(rdzv::Dialect::kCurrent).op(Op::kAppend).key(key).value(value).bytes(),
+          t + RequestBuilder(rdzv::Dialect::kCurrent).op(Op::kAppend).key(key).value(value).bytes(),
           deadline);
     });
     return;

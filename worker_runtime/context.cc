@@ -250,6 +250,8 @@ Context Context::from_env(const EnvMap& env) {
   }
   TcpStoreOptions options;
   options.auth_token = token;
+  // cohortrun's store is cohortd's: writes can be tagged and retried safely.
+  options.tagged_writes = id.source == "cohortrun" && options.dialect == StoreDialect::kCurrent;
   options.host = id.master_addr;
   options.port = id.master_port;
   options.dialect = dialect_of(id.store_dialect);

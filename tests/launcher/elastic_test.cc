@@ -109,7 +109,7 @@ TEST_F(ElasticTest, ALateNodeJoinsAtTheNextRoundWithoutSpendingARestart) {
   auto a2 = std::make_unique<Subprocess>(agent("2:3", "late", {"--sleep", "3"}));
   for (auto* a : {a0.get(), a1.get(), a2.get()}) {
     auto st = a->wait(60s);
-    ASSERT_TRUE(st);
+    ASSERT_TRUE(st) << a->read_all_stderr(1s);
     EXPECT_EQ(WEXITSTATUS(*st), 0) << a->read_all_stderr(1s);
   }
   // Restart count 0 throughout, and the last round had all three nodes.
@@ -184,6 +184,71 @@ TEST_F(ElasticTest, UnreachableEndpointIsNamedWithTheSystemError) {
   EXPECT_EQ(r.exit_code(), 1);
   EXPECT_NE(r.err.find("127.0.0.1:1"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("Connection refused (errno 111)"), std::string::npos) << r.err;
+}
+
+// cohortd --data-dir restarted on the same port and directory after a SIGKILL.
+class ElasticStoreCrashTest : public ElasticTest {
+ protected:
+  void SetUp() override {
+    LauncherTest::SetUp();
+    port_ = free_port();
+    endpoint_ = "127.0.0.1:" + std::to_string(port_);
+    start_store();
+  }
+  void start_store() {
+    store_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{COHORTD_BIN, "--host", "127.0.0.1", "--port",
+                                 std::to_string(port_), "--data-dir", dir_ + "/store"});
+    ASSERT_TRUE(store_->read_line(10s));
+  }
+  void crash_and_restart_store() {
+    store_->signal(SIGKILL);
+    ASSERT_TRUE(store_->wait(5s));
+    start_store();
+  }
+  int port_ = 0;
+};
+
+// Keep-alives slow enough to outlast the store's restart.
+const std::string kPatientConf =
+    "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=5,is_host=0";
+
+TEST_F(ElasticStoreCrashTest, RendezvousCompletesAcrossAStoreCrash) {
+  auto a0 = std::make_unique<Subprocess>(agent("3", "crash1", {}, {}, kPatientConf));
+  auto a1 = std::make_unique<Subprocess>(agent("3", "crash1", {}, {}, kPatientConf));
+  // Two of three nodes are in the round's state when the store dies.
+  ASSERT_TRUE(wait_for(
+      [&] {
+        std::ifstream f(dir_ + "/store/store.log", std::ios::binary);
+        std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        return count_of(log, "participants") >= 2;
+      },
+      30s));
+  crash_and_restart_store();
+  auto a2 = std::make_unique<Subprocess>(agent("3", "crash1", {}, {}, kPatientConf));
+  for (auto* a : {a0.get(), a1.get(), a2.get()}) {
+    auto st = a->wait(60s);
+    ASSERT_TRUE(st) << a->read_all_stderr(1s);
+    EXPECT_EQ(WEXITSTATUS(*st), 0) << a->read_all_stderr(1s);
+  }
+  EXPECT_EQ(ranks_of(0).size(), 6u);
+}
+
+TEST_F(ElasticStoreCrashTest, TrainingCarriesOnAcrossAStoreCrash) {
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 3; ++i)
+    agents.push_back(
+        std::make_unique<Subprocess>(agent("3", "crash2", {"--sleep", "4"}, {}, kPatientConf)));
+  ASSERT_TRUE(wait_for([&] { return ranks_of(0).size() == 6; }, 30s));
+  crash_and_restart_store();
+  for (auto& a : agents) {
+    auto st = a->wait(60s);
+    ASSERT_TRUE(st);
+    EXPECT_EQ(WEXITSTATUS(*st), 0) << a->read_all_stderr(1s);
+  }
+  // The workers were never restarted: one round, restart count 0.
+  EXPECT_FALSE(exists(worker_file(0, 1, "env")));
+  for (auto& [r, ws] : ranks_of(0)) EXPECT_EQ(worker_env(r, 0)["TORCHELASTIC_RESTART_COUNT"], "0");
 }
 
 }  // namespace

@@ -63,6 +63,13 @@ inline constexpr uint8_t kStopWaiting = 0, kWaitCanceled = 1;
 inline constexpr uint8_t kWatchUpdated = 0, kWatchCreated = 1, kWatchDeleted = 2,
                          kWatchRegistered = 3;
 
+// cohortd's extension for safe retries, valid in either dialect: 40 <u64 client> <u64 request>
+// then a write request (SET, COMPARE_SET, ADD, DELETE_KEY, APPEND, MULTI_SET). cohortd remembers
+// each client's last reply; the same (client, request) again gets that reply without running the
+// write twice (a client retrying after a lost connection or a restarted cohortd).
+inline constexpr uint8_t kTaggedOpcode = 0x40;
+inline constexpr size_t kTagBytes = 1 + 8 + 8;
+
 enum class DetectStatus { kLegacy, kCurrent, kNeedMore };
 
 // Tells a connection's dialect from its first bytes (REQUIRES: at least one byte).

@@ -25,6 +25,10 @@ class io_context;
 
 namespace cohort::rdzv {
 
+// When a persistent store (data_dir) calls fsync(2); see store_log.h.
+enum class FsyncPolicy { kAlways, kInterval, kNever };
+FsyncPolicy parse_fsync_policy(const std::string& text);  // throws std::invalid_argument
+
 struct StoreServerOptions {
   std::string host = "0.0.0.0";               // an IPv4 or IPv6 literal, or a name to resolve
   uint16_t port = 29500;                      // 0 picks a free port (see StoreServer::port())
@@ -39,15 +43,20 @@ struct StoreServerOptions {
   // except those from `allow_unauthenticated` networks (PyTorch's clients cannot authenticate).
   std::string auth_token;
   std::vector<auth::Cidr> allow_unauthenticated;
+  // Persistence: keys, counters and tagged replies survive a restart with the same directory.
+  // Empty: in memory only.
+  std::string data_dir;
+  FsyncPolicy fsync = FsyncPolicy::kInterval;
+  std::chrono::milliseconds fsync_interval{100};
 };
 
 struct StoreServerStats {
-  size_t connections = 0;  // open now
-  uint64_t accepted = 0;   // since start
-  uint64_t refused = 0;    // closed at accept because of max_connections
-  uint64_t closed_for_limit = 0;
-  uint64_t refused_unauthenticated =
-      0;  // no token, or a wrong one  // a limit, a malformed request, or --request-timeout
+  size_t connections = 0;                // open now
+  uint64_t accepted = 0;                 // since start
+  uint64_t refused = 0;                  // closed at accept because of max_connections
+  uint64_t closed_for_limit = 0;         // a limit, a malformed request, or --request-timeout
+  uint64_t refused_unauthenticated = 0;  // no token, or a wrong one
+  size_t replayed_records = 0;           // from the data directory at start-up
   size_t parked_waits = 0;
   int64_t keys = 0;
 };

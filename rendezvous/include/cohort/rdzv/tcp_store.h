@@ -41,6 +41,10 @@ struct TcpStoreOptions {
   // cohortd with --auth-token-file: prove knowledge of this token at connect (auth.h). A server
   // without a token accepts the proof too; PyTorch's servers do not know the handshake.
   std::string auth_token;
+  // cohortd only (codec.h kTaggedOpcode): tag add/compare_set/append with a request id, so that
+  // they too are retried after a lost connection or a restarted cohortd without running twice.
+  // Needs the current dialect; PyTorch's servers do not know the tag.
+  bool tagged_writes = false;
 };
 
 class TcpStore final : public Store {
@@ -82,10 +86,14 @@ class TcpStore final : public Store {
   void reconnect_locked();
   // REQUIRES: mu_ held.
   void drop_connection_locked();
+  // The token handshake (when configured), then VALIDATE + PING in the current dialect.
+  void handshake_locked(Connection& conn, std::chrono::steady_clock::time_point deadline);
   // Runs fn(connection, deadline) under mu_, reconnecting first when needed; a lost connection is
   // retried once when `idempotent`. Turns transport failures into StoreError/StoreTimeoutError.
   template <typename Fn>
   auto call(bool idempotent, std::string_view op, std::string_view key, Fn&& fn);
+  // The tag of a new tagged write ("" when tagging is off).
+  std::string tag();
   // wait() with mu_ held.
   void wait_locked(Connection& c, std::span<const std::string> keys,
                    std::chrono::milliseconds timeout);
@@ -97,6 +105,8 @@ class TcpStore final : public Store {
   std::mutex fd_mu_;                  // taken while conn_ changes and by interrupt()
   int live_fd_ = -1;                  // conn_'s socket, guarded by fd_mu_
   std::atomic<uint64_t> interrupts_{0};
+  uint64_t client_id_ = 0;     // random, for tagged writes
+  uint64_t next_request_ = 1;  // guarded by mu_
 };
 
 }  // namespace cohort

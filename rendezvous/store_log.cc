@@ -1,0 +1,281 @@
+#include "store_log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "cohort/rdzv/codec.h"
+#include "cohort/rdzv/error.h"
+
+namespace cohort::rdzv {
+namespace {
+
+constexpr char kMagic[8] = {'C', 'O', 'H', 'O', 'R', 'T', 'L', 'G'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeader = 12;
+enum Entry : uint8_t { kSet = 1, kDelete = 2, kReply = 3 };
+
+uint32_t crc(std::string_view s) {
+  return static_cast<uint32_t>(
+      ::crc32(0, reinterpret_cast<const Bytef*>(s.data()), static_cast<uInt>(s.size())));
+}
+
+Error io_error(const std::string& what, const std::string& path) {
+  return Error("store log " + path + ": " + what + ": " + std::strerror(errno));
+}
+
+void write_all(int fd, std::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw io_error("write failed", path);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+std::string frame(const std::string& payload) {
+  std::string out;
+  put_u32(&out, static_cast<uint32_t>(payload.size()));
+  put_u32(&out, crc(payload));
+  out.append(payload);
+  return out;
+}
+
+std::string header() {
+  std::string h(kMagic, sizeof(kMagic));
+  put_u32(&h, kVersion);
+  return h;
+}
+
+void fsync_dir(const std::string& dir) {
+  int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (d >= 0) {
+    ::fsync(d);
+    ::close(d);
+  }
+}
+
+}  // namespace
+
+FsyncPolicy parse_fsync_policy(const std::string& text) {
+  if (text == "always") return FsyncPolicy::kAlways;
+  if (text == "interval") return FsyncPolicy::kInterval;
+  if (text == "never") return FsyncPolicy::kNever;
+  throw std::invalid_argument("--fsync must be always, interval or never (got '" + text + "')");
+}
+
+StoreLog::StoreLog(const std::string& dir, StoreState* state, FsyncPolicy policy)
+    : dir_(dir), path_(dir + "/store.log"), state_(state), policy_(policy) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) throw Error("cannot create --data-dir " + dir_ + ": " + ec.message());
+  replay();
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd_ < 0) throw io_error("cannot open", path_);
+  if (size_ == 0) {
+    write_all(fd_, header(), path_);
+    size_ = kHeader;
+    ::fsync(fd_);
+    fsync_dir(dir_);
+  }
+  state_->set_journal(this);
+}
+
+StoreLog::~StoreLog() {
+  state_->set_journal(nullptr);
+  if (fd_ >= 0) {
+    if (dirty_ && policy_ != FsyncPolicy::kNever) ::fsync(fd_);
+    ::close(fd_);
+  }
+}
+
+void StoreLog::replay() {
+  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return;
+    throw io_error("cannot open", path_);
+  }
+  std::string data;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      throw io_error("cannot read", path_);
+    }
+    if (n == 0) break;
+    data.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (data.empty()) return;
+  if (data.size() < kHeader || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
+    throw Error("store log " + path_ +
+                " is not a cohortd log (bad magic); move it away to start "
+                "with an empty store");
+  }
+  uint32_t version;
+  std::memcpy(&version, data.data() + 8, 4);
+  if (version != kVersion) {
+    throw Error("store log " + path_ + " has version " + std::to_string(version) +
+                ", this cohortd reads version " + std::to_string(kVersion));
+  }
+  size_t pos = kHeader;
+  while (pos < data.size()) {
+    WireReader r(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()) + pos,
+                                          data.size() - pos));
+    uint32_t len, sum;
+    if (!r.u32(&len) || !r.u32(&sum) || r.left() < len) {
+      torn_tail_ = true;
+      break;
+    }
+    std::string_view payload(data.data() + pos + 8, len);
+    if (crc(payload) != sum) {
+      torn_tail_ = true;
+      break;
+    }
+    // Apply the batch's entries.
+    WireReader e(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload.data()), len));
+    bool ok = true;
+    while (e.left() > 0 && ok) {
+      uint8_t type;
+      std::string_view key, value;
+      bool too_long = false;
+      ok = e.u8(&type);
+      if (!ok) break;
+      if (type == kSet) {
+        ok = e.bytes(&key, UINT64_MAX, &too_long) && e.bytes(&value, UINT64_MAX, &too_long);
+        if (ok) state_->restore(std::string(key), std::string(value));
+      } else if (type == kDelete) {
+        ok = e.bytes(&key, UINT64_MAX, &too_long);
+        if (ok) state_->restore_delete(key);
+      } else if (type == kReply) {
+        uint64_t client, request;
+        ok = e.u64(&client) && e.u64(&request) && e.bytes(&value, UINT64_MAX, &too_long);
+        if (ok) state_->remember_reply(client, request, std::string(value));
+      } else {
+        ok = false;
+      }
+    }
+    if (!ok) {
+      torn_tail_ = true;  // a CRC-valid but malformed batch: stop as for a torn tail
+      break;
+    }
+    ++replayed_;
+    pos += 8 + len;
+  }
+  if (torn_tail_) {
+    // Cut the torn tail off, so appends continue from the last good record.
+    if (::truncate(path_.c_str(), static_cast<off_t>(pos)) != 0)
+      throw io_error("cannot truncate", path_);
+  }
+  size_ = pos;
+}
+
+void StoreLog::begin_batch() {
+  ++batch_depth_;
+}
+
+void StoreLog::end_batch() {
+  if (--batch_depth_ > 0) return;
+  if (!batch_.empty()) append_record(batch_);
+  batch_.clear();
+}
+
+void StoreLog::on_change(std::string_view key, const std::string* value) {
+  std::string entry;
+  put_u8(&entry, value ? kSet : kDelete);
+  put_bytes(&entry, key);
+  if (value) put_bytes(&entry, *value);
+  if (batch_depth_ > 0) {
+    batch_.append(entry);
+  } else {
+    append_record(entry);
+  }
+}
+
+void StoreLog::on_reply(uint64_t client, uint64_t request, const std::string& reply) {
+  std::string entry;
+  put_u8(&entry, kReply);
+  put_u64(&entry, client);
+  put_u64(&entry, request);
+  put_bytes(&entry, reply);
+  if (batch_depth_ > 0) {
+    batch_.append(entry);
+  } else {
+    append_record(entry);
+  }
+}
+
+void StoreLog::append_record(const std::string& payload) {
+  std::string rec = frame(payload);
+  write_all(fd_, rec, path_);
+  size_ += rec.size();
+  dirty_ = true;
+  if (policy_ == FsyncPolicy::kAlways) sync();
+}
+
+void StoreLog::sync() {
+  if (!dirty_ || fd_ < 0) return;
+  ::fdatasync(fd_);
+  dirty_ = false;
+}
+
+std::string StoreLog::snapshot() const {
+  std::string out = header();
+  state_->for_each([&](const std::string& k, const std::string& v) {
+    std::string e;
+    put_u8(&e, kSet);
+    put_bytes(&e, k);
+    put_bytes(&e, v);
+    out += frame(e);
+  });
+  state_->for_each_reply([&](uint64_t c, uint64_t r, const std::string& reply) {
+    std::string e;
+    put_u8(&e, kReply);
+    put_u64(&e, c);
+    put_u64(&e, r);
+    put_bytes(&e, reply);
+    out += frame(e);
+  });
+  return out;
+}
+
+bool StoreLog::maybe_compact(double factor) {
+  if (batch_depth_ > 0) return false;
+  // Cheap estimate first: only build a snapshot when the log is big enough to bother.
+  if (size_ < (1u << 20)) return false;
+  std::string snap = snapshot();
+  if (static_cast<double>(size_) < factor * static_cast<double>(snap.size()) + (1u << 20))
+    return false;
+  std::string tmp = path_ + ".compact";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw io_error("cannot create", tmp);
+  try {
+    write_all(fd, snap, tmp);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::fsync(fd);
+  ::close(fd);
+  if (::rename(tmp.c_str(), path_.c_str()) != 0) throw io_error("cannot replace", path_);
+  fsync_dir(dir_);
+  ::close(fd_);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd_ < 0) throw io_error("cannot reopen", path_);
+  size_ = snap.size();
+  dirty_ = false;
+  return true;
+}
+
+}  // namespace cohort::rdzv

@@ -1,0 +1,66 @@
+// StoreLog: cohortd --data-dir. An append-only log of the store's changes, replayed at start-up
+// and compacted into a snapshot when it has grown well past the live data.
+//
+// File <dir>/store.log: "COHORTLG" + u32 version, then records, each u32 length + u32 CRC-32 +
+// payload. A payload is a batch of entries (all or nothing): SET key value, DELETE key, or REPLY
+// client request bytes (the cached reply of a tagged write, so that a retry after a restart is not
+// run twice). A record cut short by a crash, or failing its CRC, ends the replay (with a warning).
+//
+// Durability: every batch is written with write(2) before its reply goes out, so a cohortd killed
+// by any signal loses nothing it acknowledged. fsync(2) follows the policy: kAlways (each batch),
+// kInterval (at most `fsync_interval` later: a machine crash may lose that much), kNever.
+//
+// Thread safety: none; the server's loop thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cohort/rdzv/server.h"
+#include "store_state.h"
+
+namespace cohort::rdzv {
+
+class StoreLog final : public StoreState::Journal {
+ public:
+  // Opens (creating) the log in `dir`, replays it into `state` and attaches itself as the
+  // state's journal. Throws cohort::Error naming the file on I/O errors or a bad header.
+  StoreLog(const std::string& dir, StoreState* state, FsyncPolicy policy);
+  ~StoreLog() override;
+
+  // Replay figures, for the start-up log line.
+  size_t replayed_records() const { return replayed_; }
+  bool dropped_torn_tail() const { return torn_tail_; }
+
+  // Writes a snapshot and replaces the log with it when the log has grown to more than
+  // `factor` times the snapshot's size (plus 1 MiB). Returns true when it compacted.
+  bool maybe_compact(double factor = 2.0);
+  // fsync now if anything was written since the last one (the kInterval timer calls this).
+  void sync();
+
+  // StoreState::Journal
+  void on_change(std::string_view key, const std::string* value) override;
+  void on_reply(uint64_t client, uint64_t request, const std::string& reply) override;
+  void begin_batch() override;
+  void end_batch() override;
+
+ private:
+  void replay();
+  void append_record(const std::string& payload);
+  std::string snapshot() const;
+
+  std::string dir_, path_;
+  StoreState* state_;
+  FsyncPolicy policy_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  bool dirty_ = false;  // written since the last fsync
+  int batch_depth_ = 0;
+  std::string batch_;
+  size_t replayed_ = 0;
+  bool torn_tail_ = false;
+};
+
+}  // namespace cohort::rdzv

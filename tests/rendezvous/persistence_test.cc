@@ -1,0 +1,219 @@
+// cohortd --data-dir: the log survives restarts and crashes; tagged writes run once however often
+// they are retried.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "../common/subprocess.h"
+#include "cohort/rdzv/server.h"
+#include "cohort/rdzv/tcp_store.h"
+#include "hex.h"
+#include "raw_client.h"
+#include "store_log.h"
+#include "store_state.h"
+
+namespace cohort::rdzv {
+namespace {
+
+using namespace std::chrono_literals;
+using cohort::testing::RawClient;
+using cohort::testing::Subprocess;
+using cohort::testing::unhex;
+
+struct NoListener : StoreListener {
+  void on_wait_satisfied(SessionId) override {}
+  void on_watch_event(SessionId, std::string_view) override {}
+};
+
+class PersistenceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char templ[] = "/tmp/cohort_persist_XXXXXX";
+    dir_ = ::mkdtemp(templ);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  StoreServerOptions options(uint16_t port = 0) {
+    StoreServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = port;
+    o.data_dir = dir_;
+    return o;
+  }
+  TcpStoreOptions client(int port) {
+    TcpStoreOptions o;
+    o.port = port;
+    o.timeout = 5s;
+    o.connect_timeout = 10s;
+    o.tagged_writes = true;
+    return o;
+  }
+  std::string dir_;
+};
+
+std::string S(std::string_view s) {
+  std::string out;
+  put_bytes(&out, s);
+  return out;
+}
+
+TEST_F(PersistenceTest, KeysAndCountersSurviveARestart) {
+  uint16_t port;
+  {
+    StoreServerThread server(options());
+    port = server.port();
+    TcpStore s(client(port));
+    s.set("a", "1");
+    s.set("b", std::string("\0bin", 4));
+    EXPECT_EQ(s.add("n", 41), 41);
+    s.append("log", "x");
+    s.append("log", "y");
+    s.set("gone", "z");
+    EXPECT_TRUE(s.delete_key("gone"));
+    EXPECT_EQ(s.compare_set("cas", "", "v"), "v");
+  }
+  StoreServerThread server(options(port));
+  EXPECT_GE(server.stats().replayed_records, 8u);
+  TcpStore s(client(port));
+  EXPECT_EQ(s.get("a"), "1");
+  EXPECT_EQ(s.get("b"), std::string("\0bin", 4));
+  EXPECT_EQ(s.add("n", 1), 42);
+  EXPECT_EQ(s.get("log"), "xy");
+  EXPECT_EQ(s.get("cas"), "v");
+  std::vector<std::string> gone{"gone"};
+  EXPECT_FALSE(s.check(gone));
+  EXPECT_EQ(s.num_keys(), 5);
+}
+
+TEST_F(PersistenceTest, ATornLastRecordIsDroppedAndWritingGoesOn) {
+  uint16_t port;
+  {
+    StoreServerThread server(options());
+    port = server.port();
+    TcpStore s(client(port));
+    s.set("kept", "1");
+  }
+  // A crash in the middle of writing a record: a length, a CRC, half a payload.
+  std::ofstream(dir_ + "/store.log", std::ios::app | std::ios::binary)
+      << unhex("20000000 11223344 0102");
+  {
+    StoreServerThread server(options(port));
+    TcpStore s(client(port));
+    EXPECT_EQ(s.get("kept"), "1");
+    s.set("after", "2");
+    EXPECT_EQ(s.get("after"), "2");  // a round trip: the SET was served before we stop
+  }
+  StoreServerThread server(options(port));
+  TcpStore s(client(port));
+  EXPECT_EQ(s.get("kept"), "1");
+  EXPECT_EQ(s.get("after"), "2");
+}
+
+TEST_F(PersistenceTest, NotALogIsRefusedNamingTheFile) {
+  std::ofstream(dir_ + "/store.log") << "something else entirely";
+  try {
+    StoreServerThread server(options());
+    FAIL();
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(dir_ + "/store.log"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(PersistenceTest, ARetriedTaggedWriteRunsOnceEvenAcrossARestart) {
+  auto tagged_add = [](uint64_t client, uint64_t request) {
+    std::string t;
+    put_u8(&t, kTaggedOpcode);
+    put_u64(&t, client);
+    put_u64(&t, request);
+    return t + unhex("04") + S("n") + unhex("0500000000000000");  // ADD n 5, current numbering
+  };
+  uint16_t port;
+  {
+    StoreServerThread server(options());
+    port = server.port();
+    RawClient c(port);
+    c.send(tagged_add(7, 1));
+    EXPECT_EQ(testing::hex(*c.read(8)), "0500000000000000");
+    c.send(tagged_add(7, 1));  // the same request again: the reply, not a second add
+    EXPECT_EQ(testing::hex(*c.read(8)), "0500000000000000");
+  }
+  StoreServerThread server(options(port));
+  RawClient c(port);
+  c.send(tagged_add(7, 1));  // a retry after the restart
+  EXPECT_EQ(testing::hex(*c.read(8)), "0500000000000000");
+  c.send(tagged_add(7, 2));  // a new request
+  EXPECT_EQ(testing::hex(*c.read(8)), "0a00000000000000");
+  RawClient bad(port);
+  bad.send(unhex("40") + std::string(16, '\1') + unhex("07"));  // tagging a read is refused
+  EXPECT_TRUE(bad.closed_by_peer());
+}
+
+TEST_F(PersistenceTest, TheLogIsCompactedWhenItOutgrowsTheData) {
+  NoListener listener;
+  {
+    StoreState state(&listener, 0);
+    StoreLog log(dir_, &state, FsyncPolicy::kNever);
+    std::string big(4096, 'v');
+    for (int i = 0; i < 1000; ++i) state.set("same", big + std::to_string(i));
+    EXPECT_GT(std::filesystem::file_size(dir_ + "/store.log"), 4000000u);
+    EXPECT_TRUE(log.maybe_compact());
+    EXPECT_LT(std::filesystem::file_size(dir_ + "/store.log"), 10000u);
+    state.set("later", "x");
+  }
+  StoreState state(&listener, 0);
+  StoreLog log(dir_, &state, FsyncPolicy::kNever);
+  EXPECT_EQ(*state.get("same"), std::string(4096, 'v') + "999");
+  EXPECT_EQ(*state.get("later"), "x");
+}
+
+TEST_F(PersistenceTest, ClientsCarryOnThroughASigkilledCohortdWithoutDoublingAnyAdd) {
+  // A real cohortd, killed with SIGKILL twice while a client adds; restarted on the same port.
+  int port;
+  {
+    StoreServerOptions probe;
+    probe.host = "127.0.0.1";
+    probe.port = 0;
+    StoreServerThread t(probe);
+    port = t.port();
+  }
+  auto start = [&] {
+    auto p = std::make_unique<Subprocess>(
+        std::vector<std::string>{COHORTD_BIN, "--host", "127.0.0.1", "--port", std::to_string(port),
+                                 "--data-dir", dir_, "--fsync", "never"});
+    EXPECT_TRUE(p->read_line(10s));
+    return p;
+  };
+  auto cohortd = start();
+  constexpr int kAdds = 300;
+  std::atomic<int> done{0};
+  std::exception_ptr failure;
+  std::thread adder([&] {
+    try {
+      TcpStore s(client(port));
+      for (int i = 0; i < kAdds; ++i) {
+        s.add("count", 1);
+        done = i + 1;
+      }
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  for (int round = 0; round < 2; ++round) {
+    int before = done.load();
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (done.load() < before + 50 && std::chrono::steady_clock::now() < deadline && !failure)
+      std::this_thread::sleep_for(1ms);
+    cohortd->signal(SIGKILL);
+    ASSERT_TRUE(cohortd->wait(5s));
+    cohortd = start();
+  }
+  adder.join();
+  if (failure) std::rethrow_exception(failure);
+  TcpStore check(client(port));
+  EXPECT_EQ(check.get("count"), std::to_string(kAdds));
+}
+
+}  // namespace
+}  // namespace cohort::rdzv
