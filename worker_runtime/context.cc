@@ -10,6 +10,7 @@
 #include "cohort/rdzv/memory_store.h"
 #include "cohort/rdzv/prefix_store.h"
 #include "cohort/rdzv/server.h"
+#include "cohort/rdzv/slurm.h"
 #include "cohort/rdzv/tcp_store.h"
 
 extern char** environ;
@@ -156,8 +157,7 @@ WorkerIdentity WorkerIdentity::parse(const EnvMap& env) {
     id.rank0_hosts_store = !cohortrun && (use_agent == nullptr || *use_agent != "True");
     check_ranges(id, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   } else if (find(env, "SLURM_PROCID") != nullptr) {
-    const std::string hint =
-        "srun sets it; for a direct srun launch also set MASTER_ADDR and MASTER_PORT";
+    const std::string hint = "srun sets it";
     id.rank = required_int(env, "SLURM_PROCID", 0, hint);
     id.local_rank = required_int(env, "SLURM_LOCALID", 0, hint);
     id.world_size = find(env, "SLURM_NTASKS") != nullptr
@@ -173,7 +173,22 @@ WorkerIdentity WorkerIdentity::parse(const EnvMap& env) {
     id.run_id = "slurm";
     if (const std::string* v = find(env, "SLURM_JOB_ID")) id.run_id += "-" + *v;
     if (const std::string* v = find(env, "SLURM_STEP_ID")) id.run_id += "." + *v;
-    parse_master(env, id, hint);
+    if (find(env, "MASTER_ADDR") != nullptr) {
+      parse_master(env, id, hint);
+    } else {
+      // A direct srun launch: the store is hosted by task 0, on the job's first host, at a port
+      // derived from the job and step ids (cohort/rdzv/slurm.h), so no address needs passing.
+      try {
+        auto job = slurm::SlurmEnv::from_env(env);
+        if (!job) missing("SLURM_JOB_ID", hint);
+        id.master_addr = job->master_address();
+        id.master_port = job->derived_port() + static_cast<int>(job->step_id.value_or(0) % 16) * 40;
+      } catch (const std::invalid_argument& e) {
+        throw Error(std::string("cohort: ") + e.what());
+      } catch (const std::runtime_error& e) {
+        throw Error(std::string("cohort: ") + e.what() + " (or set MASTER_ADDR and MASTER_PORT)");
+      }
+    }
     id.source = "slurm";
     id.rank0_hosts_store = true;
     check_ranges(id, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", tasks_var);

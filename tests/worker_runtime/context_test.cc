@@ -127,9 +127,17 @@ TEST(WorkerIdentity, ParsesSlurm) {
   EXPECT_EQ(WorkerIdentity::parse(uneven).local_world_size, 1);
   uneven["SLURM_STEP_TASKS_PER_NODE"] = "x";
   EXPECT_NE(parse_error(uneven).find("SLURM_STEP_TASKS_PER_NODE='x'"), std::string::npos);
-  EnvMap no_master = env;
-  no_master.erase("MASTER_ADDR");
-  EXPECT_NE(parse_error(no_master).find("MASTER_ADDR is not set"), std::string::npos);
+  // A direct srun launch finds the store on the job's first host at a job-derived port.
+  EnvMap direct = env;
+  direct.erase("MASTER_ADDR");
+  direct.erase("MASTER_PORT");
+  direct["SLURM_JOB_NODELIST"] = "localhost,n2";
+  const WorkerIdentity d = WorkerIdentity::parse(direct);
+  EXPECT_EQ(d.master_addr, "127.0.0.1");
+  EXPECT_EQ(d.master_port, 20012);
+  direct.erase("SLURM_JOB_NODELIST");  // nothing to find it from
+  EXPECT_NE(parse_error(direct).find("set MASTER_ADDR and MASTER_PORT"), std::string::npos)
+      << parse_error(direct);
 }
 
 TEST(WorkerIdentity, ParsesOpenMpi) {
