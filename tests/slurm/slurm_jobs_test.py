@@ -1,0 +1,137 @@
+"""cohort under a real Slurm cluster (scripts/cluster/slurm_up.sh: munge, slurmctld and two slurmd
+"nodes" on this machine): each example job script of scripts/slurm submitted with sbatch, a job
+whose rank fails, and a preemption notice that makes the trainer checkpoint.
+
+Usage: slurm_jobs_test.py BUILD_BIN_DIR SOURCE_DIR   (the cluster must be up: ctest's fixture)"""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BIN = os.path.abspath(sys.argv.pop(1))
+SRC = os.path.abspath(sys.argv.pop(1))
+SLURM_DIR = os.environ.get("COHORT_SLURM_DIR", "/tmp/cohort-slurm")
+# A few steps on a slice of the data: enough to see the loss fall.
+TRAIN_ARGS = "--max-steps 24 --train-limit 6144 --test-limit 500 --log-every 4"
+
+
+def slurm_env(**extra):
+    env = dict(os.environ, SLURM_CONF=f"{SLURM_DIR}/slurm.conf", COHORT_BIN=BIN,
+               COHORT_TRAIN_ARGS=TRAIN_ARGS, LOGLEVEL="INFO", OMP_NUM_THREADS="1")
+    env.update(extra)
+    return env
+
+
+def checkpoints(directory):
+    """Checkpoints the trainers wrote (ckpt_<step>)."""
+    return glob.glob(f"{directory}/ckpt_*")
+
+
+def losses(text):
+    return [float(x) for x in re.findall(r"step \d+/\d+\s+loss ([0-9.]+)", text)]
+
+
+class SlurmJobs(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="cohort_slurm_")
+
+    def submit(self, script, timeout=240, wait=True, **env):
+        args = ["sbatch", "--parsable", "--export=ALL", f"--chdir={self.dir}",
+                f"--output={self.dir}/job-%j.out"] + (["--wait"] if wait else []) + [script]
+        p = subprocess.run(args, env=slurm_env(**env), capture_output=True, text=True,
+                           timeout=timeout)
+        job = p.stdout.strip().split(";")[0].splitlines()[0] if p.stdout.strip() else ""
+        self.assertTrue(job.isdigit(), f"sbatch failed: {p.stdout} {p.stderr}")
+        return job, p.returncode
+
+    def output(self, job):
+        with open(f"{self.dir}/job-{job}.out") as f:
+            return f.read()
+
+    def assert_learns(self, out, world):
+        self.assertEqual(out.count(f"fmnist: {world} ranks"), 1, out)
+        l = losses(out)
+        self.assertGreaterEqual(len(l), 4, out)
+        self.assertLess(l[-1], l[0], f"loss did not fall: {l}")
+
+    def test_one_node_script(self):
+        job, rc = self.submit(f"{SRC}/scripts/slurm/one_node.sbatch")
+        out = self.output(job)
+        self.assertEqual(rc, 0, out)
+        self.assert_learns(out, 2)
+
+    def test_multi_node_script_one_cohortrun_per_node(self):
+        job, rc = self.submit(f"{SRC}/scripts/slurm/multi_node.sbatch")
+        out = self.output(job)
+        self.assertEqual(rc, 0, out)
+        self.assert_learns(out, 4)
+        self.assertIn("ranks 0..1 of 4, 2 node(s)", out)
+        self.assertIn("ranks 2..3 of 4, 2 node(s)", out)
+        self.assertIn(f"run id slurm-{job}-0", out)
+
+    def test_srun_direct_script_without_cohortrun(self):
+        job, rc = self.submit(f"{SRC}/scripts/slurm/srun_direct.sbatch")
+        out = self.output(job)
+        self.assertEqual(rc, 0, out)
+        self.assert_learns(out, 4)
+
+    def test_a_failing_rank_fails_the_job_with_its_summary(self):
+        script = f"{self.dir}/fail.sbatch"
+        with open(script, "w") as f:
+            f.write(f"""#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=2
+srun --kill-on-bad-exit=1 {BIN}/cohortrun --slurm --nproc-per-node 2 --no-python \\
+  {BIN}/cohort_test_worker --exit-code 3 --on-rank 3 --stderr "rank three gave up" --sleep 60
+""")
+        job, rc = self.submit(script)
+        out = self.output(job)
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("rank      : 3 (local_rank: 1)", out)
+        self.assertIn("exitcode  : 3", out)
+        self.assertIn("rank three gave up", out)
+        state = subprocess.run(["scontrol", "show", "job", job], env=slurm_env(),
+                               capture_output=True, text=True).stdout
+        self.assertIn("JobState=FAILED", state)
+        self.assertRegex(state, r"ExitCode=1:0")
+
+    def test_preemption_notice_makes_the_trainer_checkpoint(self):
+        ckpt = f"{self.dir}/ckpt"
+        job, _ = self.submit(f"{SRC}/scripts/slurm/preemptible.sbatch", wait=False,
+                             COHORT_CHECKPOINTS=ckpt, COHORT_NO_REQUEUE="1",
+                             COHORT_TRAIN_ARGS="--log-every 20", COHORT_EPOCHS="3")
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                if os.path.exists(f"{self.dir}/job-{job}.out") and "step 20/" in self.output(job):
+                    break
+                time.sleep(0.2)
+            else:
+                self.fail("the job never started training:\n" + self.output(job))
+            self.assertEqual(checkpoints(ckpt), [], "a checkpoint before the notice")
+            subprocess.run(["scancel", "--signal=USR1", job], env=slurm_env(), check=True)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not checkpoints(ckpt):
+                time.sleep(0.2)
+            self.assertTrue(checkpoints(ckpt), "no checkpoint after SIGUSR1:\n" + self.output(job))
+        finally:
+            subprocess.run(["scancel", job], env=slurm_env())
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                q = subprocess.run(["squeue", "-h", "-j", job], env=slurm_env(),
+                                   capture_output=True, text=True).stdout
+                if not q.strip():
+                    break
+                time.sleep(0.2)
+        out = self.output(job)
+        self.assertIn("SIGUSR1", out)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
