@@ -1,6 +1,7 @@
 #include "process_spawner.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -30,16 +31,19 @@ int pidfd_open(pid_t pid) {
 // After fork, in the child: only async-signal-safe calls until exec.
 [[noreturn]] void child(const SpawnRequest& req, char* const* argv, char* const* envp, pid_t parent,
                         int out_w, int err_w, int hb_w) {
-  ::setpgid(0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(127);  // the parent died before PDEATHSIG was set
-  sigset_t all;
-  ::sigemptyset(&all);
-  ::sigprocmask(SIG_SETMASK, &all, nullptr);
+  // Signals are blocked (the parent forked with all of them blocked): reset cohortrun's handlers
+  // first, so that a stop signal arriving now takes its default effect once unblocked, instead of
+  // running cohortrun's handler in the child.
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     ::signal(sig, SIG_DFL);
   }
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);  // the parent died before PDEATHSIG was set
+  sigset_t none;
+  ::sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
   if (out_w >= 0) ::dup2(out_w, STDOUT_FILENO);
   if (err_w >= 0) ::dup2(err_w, STDERR_FILENO);
   if (hb_w >= 0) ::fcntl(hb_w, F_SETFD, 0);  // keep the heartbeat pipe across exec
@@ -87,7 +91,11 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
   envp.push_back(nullptr);
 
   pid_t parent = ::getpid();
+  sigset_t all, old;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
   pid_t pid = ::fork();
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) {
     int e = errno;
     for (int* fds : {out, err, hb}) {

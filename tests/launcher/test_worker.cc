@@ -9,6 +9,7 @@
 //   --error-file MSG     write $TORCHELASTIC_ERROR_FILE (torchrun format) with MSG before failing
 //   --grandchild         start a child process that sleeps (tests whole-tree cleanup)
 //   --lines N            print N numbered lines to stdout and to stderr
+//   --alloc-mb N         allocate and touch N MiB (an allocation failure under ulimit -v)
 //   --sleep S            sleep S seconds before finishing (0 = exit at once)
 //   --beat N             send N heartbeats (120 ms apart)
 //   --hang               then stop beating and sleep forever (subject to --on-rank/--until-attempt)
@@ -26,6 +27,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 extern char** environ;
 
@@ -74,7 +76,7 @@ int signal_from_name(const std::string& n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int exit_code = 0, on_rank = -1, until_attempt = 1 << 30, lines = 0, beats = 0;
+  int exit_code = 0, on_rank = -1, until_attempt = 1 << 30, lines = 0, beats = 0, alloc_mb = 0;
   double sleep_s = 0;
   std::string sig, stderr_text, error_msg;
   bool grandchild = false, hang = false, trap_term = false, trap_usr1 = false;
@@ -99,6 +101,8 @@ int main(int argc, char** argv) {
       grandchild = true;
     else if (a == "--lines")
       lines = std::atoi(next().c_str());
+    else if (a == "--alloc-mb")
+      alloc_mb = std::atoi(next().c_str());
     else if (a == "--sleep")
       sleep_s = std::atof(next().c_str());
     else if (a == "--beat")
@@ -132,6 +136,11 @@ int main(int argc, char** argv) {
     std::ofstream env(path("env"));
     for (char** e = environ; *e; ++e) env << *e << "\n";
     std::ofstream(path("pid")) << pids;
+  }
+  if (alloc_mb > 0) {
+    // Uncaught std::bad_alloc under ulimit -v: terminate() and SIGABRT, as in a real program.
+    std::vector<char> big(static_cast<size_t>(alloc_mb) << 20, 1);
+    std::printf("allocated %zu bytes\n", big.size());
   }
   for (int i = 0; i < lines; ++i) {
     std::printf("out line %d\n", i);

@@ -1,0 +1,511 @@
+#!/usr/bin/python3
+"""cohort's fault-injection suite: real processes, real faults, one row per scenario.
+
+For every scenario it records how long until cohort noticed, what the user saw, whether the job
+recovered, and whether anything was left behind (processes, shared memory, listening ports). Each
+scenario states what it must show (its expectation); the run fails when any row misses it.
+The table goes to OUT (default: BUILD/faults/RELIABILITY.md); --update-docs also writes
+docs/RELIABILITY.md.
+
+Usage: run_faults.py [--build BUILD] [--only substring] [--update-docs]
+Network scenarios need root (network namespaces); they are skipped, and say so, otherwise."""
+import argparse
+import glob
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SCENARIOS = []
+
+
+def scenario(name, category):
+    def register(fn):
+        SCENARIOS.append((name, category, fn))
+        return fn
+    return register
+
+
+class Row(dict):
+    pass
+
+
+def row(detected=None, saw="", recovered="n/a", left="nothing", ok=True, why=""):
+    return Row(detected=detected, saw=saw, recovered=recovered, left=left, ok=ok, why=why)
+
+
+class Ctx:
+    def __init__(self, build):
+        self.bin = os.path.join(build, "bin")
+        self.tag = None
+        self.dir = None
+
+    def path(self, name):
+        return os.path.join(self.bin, name)
+
+    def env(self, **kw):
+        env = dict(os.environ, COHORT_FAULT_TAG=self.tag, OMP_NUM_THREADS="1",
+                   PYTHON_EXEC="/usr/bin/python3")
+        env.update({k: str(v) for k, v in kw.items()})
+        return env
+
+    def run(self, argv, timeout=120, env=None, **kw):
+        t0 = time.monotonic()
+        p = subprocess.run(argv, env=env or self.env(), capture_output=True, text=True,
+                           timeout=timeout, **kw)
+        return p, time.monotonic() - t0
+
+    def cohortrun(self, flags, worker_args, timeout=120, env=None):
+        argv = [self.path("cohortrun"), *flags, "--no-python", self.path("cohort_test_worker"),
+                "--out", self.dir, *worker_args]
+        return self.run(argv, timeout=timeout, env=env)
+
+    # ---- evidence ------------------------------------------------------------------------------
+    def mtime(self, rank, attempt, what="pid"):
+        f = os.path.join(self.dir, f"{rank}.attempt{attempt}.{what}")
+        return os.stat(f).st_mtime if os.path.exists(f) else None
+
+    def leftovers(self):
+        """Processes still alive carrying this scenario's tag, and shared memory of its runs."""
+        found = []
+        for d in glob.glob("/proc/[0-9]*"):
+            try:
+                with open(d + "/environ", "rb") as f:
+                    if f"COHORT_FAULT_TAG={self.tag}".encode() in f.read():
+                        with open(d + "/stat") as s:
+                            state = s.read().rsplit(")", 1)[1].split()[0]
+                        if state not in ("Z", "X"):
+                            found.append("pid " + d.rsplit("/", 1)[1])
+            except OSError:
+                pass
+        found += [os.path.basename(p) for p in glob.glob(f"/dev/shm/*{self.tag}*")]
+        return found
+
+    def wait_clean(self, timeout=3.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.leftovers():
+                return "nothing"
+            time.sleep(0.05)
+        return ", ".join(self.leftovers())
+
+
+def summary_line(text, *patterns):
+    """The first line of `text` matching any pattern, trimmed (what the user saw)."""
+    for line in text.splitlines():
+        for p in patterns:
+            if re.search(p, line):
+                return line.strip()[:110]
+    return text.strip().splitlines()[-1][:110] if text.strip() else "(nothing)"
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def port_open(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+# ---- worker failures ------------------------------------------------------------------------------
+
+def crash_and_recover(ctx, fault_args, expect_in_summary):
+    p, _ = ctx.cohortrun(["--nproc-per-node", "2", "--max-restarts", "1", "--rdzv-id", ctx.tag],
+                         [*fault_args, "--on-rank", "1", "--until-attempt", "1", "--sleep", "1"])
+    t_fault, t_back = ctx.mtime(1, 0), ctx.mtime(1, 1, "env")
+    detected = (t_back - t_fault) if (t_fault and t_back) else None
+    saw = summary_line(p.stderr, expect_in_summary)
+    ok = p.returncode == 0 and t_back is not None and re.search(expect_in_summary, p.stderr)
+    left = ctx.wait_clean()
+    return row(detected, saw, "yes" if p.returncode == 0 else "no", left, bool(ok) and left == "nothing",
+               "restarted group must finish; the log names the fault")
+
+
+@scenario("worker exits with code 3", "worker")
+def worker_exit(ctx):
+    return crash_and_recover(ctx, ["--exit-code", "3"], r"exited with code 3")
+
+
+@scenario("worker dies of SIGSEGV", "worker")
+def worker_segv(ctx):
+    return crash_and_recover(ctx, ["--signal", "SEGV"], r"SIGSEGV")
+
+
+@scenario("worker dies of SIGABRT", "worker")
+def worker_abrt(ctx):
+    return crash_and_recover(ctx, ["--signal", "ABRT"], r"SIGABRT")
+
+
+@scenario("worker killed with SIGKILL", "worker")
+def worker_kill(ctx):
+    return crash_and_recover(ctx, ["--signal", "KILL"], r"SIGKILL")
+
+
+@scenario("worker hangs (stops heartbeating)", "worker")
+def worker_hang(ctx):
+    p, _ = ctx.cohortrun(["--nproc-per-node", "2", "--max-restarts", "1", "--worker-hang-timeout", "1",
+                          "--term-timeout", "1", "--rdzv-id", ctx.tag],
+                         ["--beat", "3", "--hang", "--on-rank", "1", "--until-attempt", "1"])
+    t_start, t_back = ctx.mtime(1, 0), ctx.mtime(1, 1, "env")
+    # The last beat is about 0.36 s after the start (3 beats, 120 ms apart).
+    detected = (t_back - t_start - 0.36) if (t_start and t_back) else None
+    ok = p.returncode == 0 and "hung: no heartbeat for 1 s" in p.stderr
+    left = ctx.wait_clean()
+    return row(detected, summary_line(p.stderr, "hung"), "yes" if p.returncode == 0 else "no", left,
+               ok and left == "nothing", "--worker-hang-timeout 1: noticed, group restarted")
+
+
+@scenario("allocation failure under ulimit -v", "worker")
+def worker_oom(ctx):
+    argv = ["bash", "-c", 'ulimit -v 400000; exec "$@"', "bash", ctx.path("cohortrun"),
+            "--nproc-per-node", "1", "--rdzv-id", ctx.tag, "--no-python",
+            ctx.path("cohort_test_worker"), "--out", ctx.dir, "--alloc-mb", "1024"]
+    p, took = ctx.run(argv)
+    ok = p.returncode == 1 and "std::bad_alloc" in p.stderr and "SIGABRT" in p.stderr
+    left = ctx.wait_clean()
+    return row(took, summary_line(p.stderr, "bad_alloc"), "no (deterministic)", left,
+               ok and left == "nothing", "exit 1; the summary shows std::bad_alloc and SIGABRT")
+
+
+@scenario("failure with no restarts left", "worker")
+def worker_exhausted(ctx):
+    p, took = ctx.cohortrun(["--nproc-per-node", "2", "--max-restarts", "2", "--rdzv-id", ctx.tag],
+                            ["--exit-code", "7", "--on-rank", "0", "--grandchild", "--sleep", "30"])
+    attempts = len(glob.glob(os.path.join(ctx.dir, "0.attempt*.env")))
+    ok = p.returncode == 1 and attempts == 3 and "Root Cause" in p.stderr
+    left = ctx.wait_clean()
+    return row(took, summary_line(p.stderr, "exitcode"), "no (3 attempts)", left,
+               ok and left == "nothing", "exactly 1 + --max-restarts attempts, then the root cause")
+
+
+# ---- launcher and store -----------------------------------------------------------------------------
+
+@scenario("cohortrun killed with SIGKILL", "launcher")
+def launcher_kill(ctx):
+    proc = subprocess.Popen([ctx.path("cohortrun"), "--nproc-per-node", "2", "--rdzv-id", ctx.tag,
+                             "--no-python", ctx.path("cohort_test_worker"), "--out", ctx.dir,
+                             "--grandchild", "--sleep", "60"], env=ctx.env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (ctx.mtime(0, 0) and ctx.mtime(1, 0)):
+        time.sleep(0.02)
+    time.sleep(0.2)
+    before = len(ctx.leftovers())
+    proc.kill()
+    proc.wait()
+    t0 = time.monotonic()
+    left = ctx.wait_clean(timeout=1.0)
+    gone = time.monotonic() - t0
+    ok = before >= 4 and left == "nothing"
+    return row(gone, f"{before} worker processes (2 workers, 2 children) gone", "n/a", left, ok,
+               "every worker and its children gone within 1 s")
+
+
+@scenario("cohortd killed (SIGKILL) during a job, restarted", "store")
+def store_kill(ctx):
+    port = free_port()
+    data = os.path.join(ctx.dir, "store")
+
+    def start_store():
+        s = subprocess.Popen([ctx.path("cohortd"), "--host", "127.0.0.1", "--port", str(port),
+                              "--data-dir", data], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, env=ctx.env())
+        s.stdout.readline()
+        return s
+    store = start_store()
+    conf = "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=5,is_host=0"
+    agents = [subprocess.Popen([ctx.path("cohortrun"), "--nnodes", "2", "--nproc-per-node", "1",
+                                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                                "--rdzv-id", ctx.tag, "--rdzv-conf", conf, "--no-python",
+                                ctx.path("cohort_test_worker"), "--out", ctx.dir, "--sleep", "3"],
+                               env=ctx.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True) for _ in range(2)]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (ctx.mtime(0, 0) and ctx.mtime(1, 0)):
+        time.sleep(0.02)
+    store.kill()
+    store.wait()
+    t0 = time.monotonic()
+    store = start_store()
+    rcs = [a.wait(timeout=60) for a in agents]
+    errs = "".join(a.stderr.read() for a in agents)
+    store.send_signal(signal.SIGTERM)
+    store.wait()
+    took = time.monotonic() - t0
+    restarted = ctx.mtime(0, 1, "env") is not None
+    ok = rcs == [0, 0] and not restarted
+    left = ctx.wait_clean()
+    return row(took, "workers kept running; agents reconnected (keys from --data-dir)",
+               "yes, no restart" if ok else f"no ({rcs})", left, ok and left == "nothing",
+               "both agents exit 0 without restarting the workers" + ("" if ok else ": " + errs[-300:]))
+
+
+# ---- network (namespaces) -----------------------------------------------------------------------------
+
+NET_ENV = dict(COHORT_NETNS_PREFIX="cft", COHORT_NETNS_SUBNET="10.75.0", COHORT_NETNS_NODES="4")
+
+
+def netns(ctx, what):
+    subprocess.run([os.path.join(ROOT, "scripts/cluster", f"netns_{what}.sh")],
+                   env=dict(os.environ, **NET_ENV), check=True, stdout=subprocess.DEVNULL)
+
+
+def net_job(ctx, fault, conf="last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=3"):
+    if os.geteuid() != 0:
+        return row(None, "skipped: needs root for network namespaces", "n/a", "nothing", True, "")
+    netns(ctx, "up")
+    store = agents = None
+    try:
+        store = subprocess.Popen(["ip", "netns", "exec", "cft-n4", ctx.path("cohortd"), "--host",
+                                  "10.75.0.4", "--port", "29400"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True)
+        store.stdout.readline()
+        agents = [subprocess.Popen(["ip", "netns", "exec", f"cft-n{i}", ctx.path("cohortrun"),
+                                    "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend",
+                                    "c10d", "--rdzv-endpoint", "10.75.0.4:29400", "--rdzv-id",
+                                    ctx.tag, "--rdzv-conf", conf, "--max-restarts", "2",
+                                    "--no-python", ctx.path("cohort_test_worker"), "--out", ctx.dir,
+                                    "--sleep", "5"], env=ctx.env(), stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True) for i in (1, 2, 3)]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(ctx.mtime(r, 0) for r in range(3)):
+            time.sleep(0.02)
+        return fault(agents)
+    finally:
+        for a in agents or []:
+            if a.poll() is None:
+                a.kill()
+                a.wait()
+        if store:
+            store.kill()
+            store.wait()
+        netns(ctx, "down")
+
+
+@scenario("network partition of one of three nodes", "network")
+def net_partition(ctx):
+    def fault(agents):
+        subprocess.run(["ip", "-n", "cft-sw", "link", "set", "p3", "down"], check=True)
+        t0 = time.time()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (ctx.mtime(0, 1, "env") and ctx.mtime(1, 1, "env")):
+            time.sleep(0.02)
+        back = max(ctx.mtime(0, 1, "env") or 0, ctx.mtime(1, 1, "env") or 0)
+        rcs = [a.wait(timeout=60) for a in agents[:2]]
+        rc3 = agents[2].wait(timeout=60)
+        errs = agents[0].stderr.read() + agents[1].stderr.read()
+        ok = rcs == [0, 0] and rc3 != 0 and back > 0
+        return row(back - t0 if back else None, summary_line(errs, "lost: no keep-alive"),
+                   "yes (2 survivors, restart 1)" if ok else f"no ({rcs}, {rc3})", ctx.wait_clean(), ok,
+                   "noticed within 1.5 s keep-alive window; the cut-off node stops itself")
+    return net_job(ctx, fault)
+
+
+@scenario("20% packet loss each way on one node's link", "network")
+def net_loss(ctx):
+    def fault(agents):
+        rules = ["add table inet cft_chaos",
+                 "add chain inet cft_chaos in { type filter hook input priority -10; }",
+                 "add chain inet cft_chaos out { type filter hook output priority -10; }",
+                 "add rule inet cft_chaos in iifname eth0 numgen random mod 100 < 20 drop",
+                 "add rule inet cft_chaos out oifname eth0 numgen random mod 100 < 20 drop"]
+        for r in rules:
+            subprocess.run(["ip", "netns", "exec", "cft-n3", "nft", *r.split()], check=True)
+        t0 = time.monotonic()
+        rcs = [a.wait(timeout=120) for a in agents]
+        errs = "".join(a.stderr.read() for a in agents)
+        restarted = ctx.mtime(0, 1, "env") is not None
+        finished = rcs[:2] == [0, 0]  # the healthy nodes always finish
+        if rcs == [0, 0, 0]:
+            recovered = "yes, all 3 nodes" + (" (after a restart)" if restarted else ", no restart")
+        elif finished:
+            recovered = "yes, without the lossy node"
+        else:
+            recovered = f"no ({rcs})"
+        return row(time.monotonic() - t0, summary_line(errs, "lost|error") if rcs != [0, 0, 0]
+                   else "job finished despite the loss", recovered, ctx.wait_clean(), finished,
+                   "TCP retransmits; with 1 s x 5 keep-alives the job finishes, the lossy node kept "
+                   "or dropped")
+    return net_job(ctx, fault, "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=5")
+
+
+# ---- malformed input ------------------------------------------------------------------------------
+
+@scenario("malformed bytes on the store port", "input")
+def bad_store_input(ctx):
+    s = subprocess.Popen([ctx.path("cohortd"), "--host", "127.0.0.1", "--port", "0",
+                          "--max-key-bytes", "1024"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=ctx.env())
+    host, port = s.stdout.readline().strip().rsplit(":", 1)
+    port = int(port)
+    closed = 0
+    payloads = [b"\xff" * 16, b"\x00\x00\x00\x00\x00\x00\x00\x00\x40" + b"x" * 8,
+                b"\x05\xff\xff\xff\xff\xff\xff\xff\xff", b"\x00" + (5000).to_bytes(8, "little"),
+                b"\x03\x01\x00\x00\x00\x00\x00\x00\x00k\x01"]
+    t0 = time.monotonic()
+    for payload in payloads:
+        c = socket.create_connection((host, port))
+        c.sendall(payload)
+        c.settimeout(5)
+        try:
+            if c.recv(64) == b"":
+                closed += 1
+        except (ConnectionResetError, socket.timeout):
+            closed += 1 if not isinstance(sys.exc_info()[1], socket.timeout) else 0
+        c.close()
+    took = time.monotonic() - t0
+    good = socket.create_connection((host, port))
+    good.sendall(b"\x06")
+    alive = len(good.recv(8)) == 8
+    good.close()
+    s.send_signal(signal.SIGTERM)
+    _, err = s.communicate(timeout=10)
+    ok = closed >= 4 and alive and s.returncode == 0
+    return row(took, summary_line(err, "closing connection"), "server unaffected" if alive else "no",
+               "nothing", ok, "each bad connection closed with a log line; others served")
+
+
+@scenario("bad command line", "input")
+def bad_cli(ctx):
+    cases = [["--nproc-per-node", "zero", "x"], ["--nnodes", "3:1", "x"], ["--redirects", "9", "x"],
+             ["--rdzv-backend", "c10d", "x"], []]
+    outs = [ctx.run([ctx.path("cohortrun"), *c]) for c in cases]
+    ok = all(p.returncode == 2 and "cohortrun:" in p.stderr for p, _ in outs)
+    return row(max(t for _, t in outs), summary_line(outs[0][0].stderr, "cohortrun:"), "n/a",
+               ctx.wait_clean(), ok, "exit 2 with a message naming the flag, for each case")
+
+
+@scenario("malformed worker environment", "input")
+def bad_env(ctx):
+    worker = ctx.path("runtime_test_worker")
+    if not os.path.exists(worker):
+        return row(None, "runtime_test_worker not built", "n/a", "nothing", False, "")
+    env = ctx.env(RANK="0", WORLD_SIZE="two", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                  MASTER_PORT="1")
+    p, took = ctx.run([worker, "collectives"], env=env, timeout=30)
+    ok = p.returncode != 0 and "WORLD_SIZE" in p.stderr and "two" in p.stderr
+    return row(took, summary_line(p.stderr, "WORLD_SIZE"), "n/a", ctx.wait_clean(), ok,
+               "a clear error naming the variable and its value")
+
+
+@scenario("corrupt data file (Fashion-MNIST)", "input")
+def bad_data(ctx):
+    trainer = ctx.path("cohort-train-fmnist")
+    if not os.path.exists(trainer):
+        return row(None, "cohort-train-fmnist not built", "n/a", "nothing", False, "")
+    data = os.path.join(ctx.dir, "data")
+    os.makedirs(data)
+    src = "/usr/share/datasets/fashion-mnist"
+    for f in os.listdir(src):
+        shutil.copy(os.path.join(src, f), data)
+    with open(os.path.join(data, "train-images-idx3-ubyte.gz"), "r+b") as f:
+        f.seek(1000)
+        f.write(b"\xde\xad\xbe\xef" * 256)
+    p, took = ctx.run([ctx.path("cohortrun"), "--nproc-per-node", "1", "--rdzv-id", ctx.tag,
+                       trainer, "--data", data, "--max-steps", "2"], timeout=120)
+    ok = p.returncode == 1 and "train-images" in p.stderr
+    return row(took, summary_line(p.stderr, "train-images|gzip|corrupt"), "n/a", ctx.wait_clean(),
+               ok, "exit 1 naming the file, no crash")
+
+
+@scenario("corrupt checkpoint", "input")
+def bad_checkpoint(ctx):
+    trainer = ctx.path("cohort-train-fmnist")
+    if not os.path.exists(trainer):
+        return row(None, "cohort-train-fmnist not built", "n/a", "nothing", False, "")
+    ck = os.path.join(ctx.dir, "ckpt")
+    args = [trainer, "--checkpoint-dir", ck, "--checkpoint-every", "5", "--max-steps", "10",
+            "--train-limit", "1280", "--test-limit", "200", "--metrics", "-"]
+    p1, _ = ctx.run([ctx.path("cohortrun"), "--nproc-per-node", "1", "--rdzv-id", ctx.tag, *args])
+    for f in glob.glob(os.path.join(ck, "ckpt_*", "*")) + glob.glob(os.path.join(ck, "ckpt_*")):
+        if os.path.isfile(f):
+            with open(f, "r+b") as fh:
+                fh.seek(max(0, os.path.getsize(f) // 2))
+                fh.write(b"\x00garbage\x00" * 8)
+    args[args.index("10")] = "15"
+    p2, took = ctx.run([ctx.path("cohortrun"), "--nproc-per-node", "1", "--rdzv-id", ctx.tag, *args])
+    ok = p1.returncode == 0 and p2.returncode == 0
+    return row(took, summary_line(p2.stderr + p2.stdout, "checkpoint|resum|corrupt|ignor"),
+               "yes" if ok else f"no ({p1.returncode}, {p2.returncode})", ctx.wait_clean(), ok,
+               "a damaged checkpoint is skipped (older one, or a fresh start), never trusted")
+
+
+# ---- driver ----------------------------------------------------------------------------------------
+
+def fmt_s(v):
+    return "-" if v is None else (f"{v * 1000:.0f} ms" if v < 1 else f"{v:.1f} s")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--only", default="")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--update-docs", action="store_true")
+    args = ap.parse_args()
+    ctx = Ctx(os.path.abspath(args.build))
+    rows = []
+    for i, (name, category, fn) in enumerate(SCENARIOS):
+        if args.only and args.only not in name:
+            continue
+        ctx.tag = f"fault{os.getpid()}x{i}"
+        ctx.dir = tempfile.mkdtemp(prefix="cohort_fault_")
+        t0 = time.monotonic()
+        try:
+            r = fn(ctx)
+        except Exception as e:  # a scenario that breaks is a failed row, with the reason
+            r = row(None, f"scenario error: {type(e).__name__}: {e}"[:110], "?", ctx.wait_clean(),
+                    False, "")
+        finally:
+            shutil.rmtree(ctx.dir, ignore_errors=True)
+        r.update(name=name, category=category)
+        rows.append(r)
+        status = "ok  " if r["ok"] else "FAIL"
+        print(f"{status} {name:48} detected {fmt_s(r['detected']):>9}  recovered {r['recovered']:24}"
+              f" left {r['left']}  ({time.monotonic() - t0:.1f} s)", flush=True)
+        if not r["ok"]:
+            print(f"     expected: {r['why']}\n     saw: {r['saw']}", flush=True)
+    table = ["| scenario | category | noticed after | what the user saw | recovered | left behind | result |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        saw = r["saw"].replace("|", "\\|")
+        table.append(f"| {r['name']} | {r['category']} | {fmt_s(r['detected'])} | `{saw}` | "
+                     f"{r['recovered']} | {r['left']} | {'pass' if r['ok'] else 'FAIL'} |")
+    doc = ("# What cohort survives\n\n"
+           "Generated by `scripts/faults/run_faults.py` (CI runs it: `ctest -L faults`; a row that "
+           "misses its expectation fails the build). Each scenario injects one fault into real "
+           "processes on this machine (network scenarios: network namespaces, one per host) and "
+           "records how long until cohort noticed (for restarts: from the fault to the restarted "
+           "workers running), what the user saw, whether the job recovered, and what was left "
+           "behind: live processes of the job, shared-memory segments, listening ports.\n\n"
+           + "\n".join(table) + "\n\n"
+           "Expectations, per scenario:\n\n" +
+           "\n".join(f"- **{r['name']}**: {r['why']}." for r in rows if r["why"]) + "\n")
+    out = args.out or os.path.join(os.path.abspath(args.build), "faults", "RELIABILITY.md")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        f.write(doc)
+    if args.update_docs:
+        with open(os.path.join(ROOT, "docs", "RELIABILITY.md"), "w") as f:
+            f.write(doc)
+    failed = [r["name"] for r in rows if not r["ok"]]
+    print(f"{len(rows) - len(failed)}/{len(rows)} scenarios as expected; table in {out}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
