@@ -7,7 +7,9 @@ Hosts: nodes 1..8 run agents, node 9 runs the store (cohortd, or etcd). Measures
      the next round run;
 with cohortd and with etcd, at torchrun's defaults (keep_alive_interval=5, keep_alive_max_attempt=3,
 last_call_timeout=30) and at keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=0.5;
-and torchrun 1.13's c10d (its store: the same cohortd, which speaks PyTorch 1.13's protocol).
+and torchrun 1.13's c10d (its store: the same cohortd, which speaks PyTorch 1.13's protocol; 1.13
+has no keep-alive settings, always 5 s x 3, and whole-second timeouts: its "fast" row uses a 1 s
+last call).
 Prints a table and one JSON line.
 """
 import argparse
@@ -74,9 +76,13 @@ class Bench:
     def agent(self, launcher, node, nnodes, endpoint, job, conf, out, seconds):
         worker = [os.path.join(self.bin, "rdzv_bench_worker"), out, str(seconds)]
         if launcher == "torchrun":
+            # torchrun 1.13 takes whole seconds and has no keep-alive settings (fixed at 5 s x 3):
+            # only the last call carries over.
+            last_call = max(1, round(float(dict(kv.split("=") for kv in conf.split(","))["last_call_timeout"])))
             cmd = ["/usr/bin/torchrun", "--nnodes", nnodes, "--nproc_per_node", "1",
                    "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", job,
-                   "--rdzv_conf", conf + ",is_host=0", "--max_restarts", "3", "--no_python",
+                   "--rdzv_conf", f"last_call_timeout={last_call},is_host=0", "--max_restarts", "3",
+                   "--no_python",
                    "-r", "1", "-t", "1", *worker]
         else:
             cmd = [os.path.join(self.bin, "cohortrun"), "--nnodes", nnodes, "--nproc-per-node", "1",
