@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/free_port.h"
 #include "../common/subprocess.h"
 
 namespace cohort::testing {
@@ -25,18 +26,6 @@ struct RunResult {
   int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
 };
 
-// A port that was free a moment ago on 127.0.0.1.
-inline int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 // True while `pid` exists and is not a zombie.
 inline bool process_alive(pid_t pid) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "../common/free_port.h"
 #include "../common/subprocess.h"
 
 namespace cohort::testing {
@@ -19,8 +20,8 @@ class EtcdServer {
     if (::access("/usr/bin/etcd", X_OK) != 0) return;
     char templ[] = "/tmp/cohort_etcd_XXXXXX";
     dir_ = ::mkdtemp(templ);
-    client_port_ = pick_port();
-    int peer = pick_port();
+    client_port_ = free_port();
+    int peer = free_port();
     std::string c = "http://127.0.0.1:" + std::to_string(client_port_);
     std::string p = "http://127.0.0.1:" + std::to_string(peer);
     proc_ = std::make_unique<Subprocess>(std::vector<std::string>{"/usr/bin/etcd",
@@ -58,17 +59,6 @@ class EtcdServer {
   int port() const { return client_port_; }
 
  private:
-  static int pick_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    socklen_t len = sizeof(a);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    ::close(fd);
-    return ntohs(a.sin_port);
-  }
   std::string dir_;
   int client_port_ = 0;
   std::unique_ptr<Subprocess> proc_;

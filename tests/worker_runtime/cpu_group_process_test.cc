@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cohort/rdzv/server.h"
+#include "../common/free_port.h"
 #include "process_harness.h"
 
 namespace cohort::test {
@@ -196,15 +197,7 @@ TEST(ShmCleanup, CreatorKilledDuringSetupLeavesNoSegment) {
 // A manual env:// launch (no agent store): rank 0 hosts the store inside its Context, as
 // PyTorch's env:// init does, and the others connect to it.
 TEST(DirectLaunch, RankZeroHostsTheStore) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  const std::string port = std::to_string(ntohs(a.sin_port));
+  const std::string port = std::to_string(cohort::testing::free_port());
   TempDir dir;
   std::vector<Child> ranks;
   for (int r = 0; r < 2; ++r) {

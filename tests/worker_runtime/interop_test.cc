@@ -13,23 +13,13 @@
 #include <vector>
 
 #include "cohort/sampler.h"
+#include "../common/free_port.h"
 #include "process_harness.h"
 
 namespace cohort {
 namespace {
 
-// A port that was free a moment ago (torchrun's static rendezvous needs a number, not 0).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using cohort::testing::free_port;
 
 bool torch_available() {
   const std::string cmd = std::string(COHORT_TORCH_PYTHON) + " -c 'import torch' 2>/dev/null";
