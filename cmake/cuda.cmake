@@ -33,7 +33,7 @@ if(NOT COHORT_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES ${_archs})
     endif()
     enable_language(CUDA)
-    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD 17)  # nvcc with CMake 3.25 has no CUDA20 dialect
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     add_library(cohort_nccl INTERFACE)
     target_include_directories(cohort_nccl SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})

@@ -1,0 +1,98 @@
+// Optimisers against PyTorch's update formulas written out in double, the clipping factor and the
+// learning-rate schedule.
+#include "cohort/train/optim.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "cohort/train/schedule.h"
+#include "test_util.h"
+
+namespace cohort::train {
+namespace {
+
+using testing::expect_close;
+using testing::random_vector;
+
+TEST(Sgd, MatchesTorchMomentumFormulaOverSeveralSteps) {
+  const size_t n = 37;
+  auto p = random_vector(n, 1), buf = std::vector<float>(n, 0.0f);
+  std::vector<double> rp(p.begin(), p.end()), rbuf(n, 0.0);
+  const float lr = 0.05f, mom = 0.9f, wd = 0.01f, scale = 0.5f;
+  for (int step = 0; step < 5; ++step) {
+    auto g = random_vector(n, 100 + step);
+    sgd_step(p.data(), buf.data(), g.data(), n, lr, mom, wd, scale);
+    for (size_t i = 0; i < n; ++i) {
+      const double d = scale * double(g[i]) + wd * rp[i];
+      rbuf[i] = step == 0 ? d : mom * rbuf[i] + d;  // torch: buf = clone(d) on the first step
+      rp[i] -= lr * rbuf[i];
+    }
+  }
+  EXPECT_TRUE(expect_close(p, std::vector<float>(rp.begin(), rp.end()), 1e-6, 1e-5));
+}
+
+TEST(AdamW, MatchesTorchFormulaOverSeveralSteps) {
+  const size_t n = 41;
+  auto p = random_vector(n, 2);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  std::vector<double> rp(p.begin(), p.end()), rm(n, 0.0), rv(n, 0.0);
+  AdamWParams hp{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  const float scale = 0.7f;
+  for (int t = 1; t <= 6; ++t) {
+    auto g = random_vector(n, 200 + t);
+    adamw_step(p.data(), m.data(), v.data(), g.data(), n, t, hp, scale);
+    const double bc1 = 1 - std::pow(0.9, t), bc2 = 1 - std::pow(0.95, t);
+    for (size_t i = 0; i < n; ++i) {
+      const double gi = scale * double(g[i]);
+      rp[i] *= 1 - 1e-2 * 0.1;
+      rm[i] = 0.9 * rm[i] + 0.1 * gi;
+      rv[i] = 0.95 * rv[i] + 0.05 * gi * gi;
+      rp[i] -= 1e-2 / bc1 * rm[i] / (std::sqrt(rv[i]) / std::sqrt(bc2) + 1e-8);
+    }
+  }
+  EXPECT_TRUE(expect_close(p, std::vector<float>(rp.begin(), rp.end()), 1e-6, 1e-5));
+  EXPECT_TRUE(expect_close(m, std::vector<float>(rm.begin(), rm.end()), 1e-7, 1e-5));
+}
+
+TEST(AdamW, ZeroWeightDecayLeavesParamsUndecayed) {
+  std::vector<float> p = {1.0f}, m = {0.0f}, v = {0.0f}, g = {0.0f};
+  AdamWParams hp;
+  hp.weight_decay = 0.0f;
+  adamw_step(p.data(), m.data(), v.data(), g.data(), 1, 1, hp);
+  EXPECT_EQ(p[0], 1.0f);
+  hp.weight_decay = 0.1f;
+  adamw_step(p.data(), m.data(), v.data(), g.data(), 1, 2, hp);
+  EXPECT_FLOAT_EQ(p[0], 1.0f - hp.lr * 0.1f);
+}
+
+TEST(GradClip, ScaleAndSumOfSquares) {
+  std::vector<float> g(10001, 0.01f);
+  g[5] = 3.0f;
+  const double ss = sum_squares(g.data(), g.size());
+  double ref = 0;
+  for (float x : g) ref += double(x) * x;
+  EXPECT_NEAR(ss, ref, 1e-12 * ref);  // double accumulation
+  EXPECT_FLOAT_EQ(clip_scale(std::sqrt(ss), 1.0f),
+                  static_cast<float>(1.0 / (std::sqrt(ss) + 1e-6)));
+  EXPECT_EQ(clip_scale(0.5, 1.0f), 1.0f);
+  EXPECT_EQ(clip_scale(100.0, 0.0f), 1.0f);  // disabled
+}
+
+TEST(CosineSchedule, WarmupPeakDecayAndFloor) {
+  const float max_lr = 6e-4f, min_lr = 6e-5f;
+  EXPECT_FLOAT_EQ(cosine_lr(0, 10, 100, max_lr, min_lr), max_lr / 10);
+  EXPECT_FLOAT_EQ(cosine_lr(9, 10, 100, max_lr, min_lr), max_lr);
+  EXPECT_FLOAT_EQ(cosine_lr(10, 10, 100, max_lr, min_lr), max_lr);
+  EXPECT_NEAR(cosine_lr(55, 10, 100, max_lr, min_lr), (max_lr + min_lr) / 2, 1e-9);
+  EXPECT_FLOAT_EQ(cosine_lr(100, 10, 100, max_lr, min_lr), min_lr);
+  EXPECT_FLOAT_EQ(cosine_lr(500, 10, 100, max_lr, min_lr), min_lr);
+  // Monotone after the warm-up.
+  for (int s = 10; s < 100; ++s) {
+    EXPECT_GE(cosine_lr(s, 10, 100, max_lr, min_lr), cosine_lr(s + 1, 10, 100, max_lr, min_lr));
+  }
+}
+
+}  // namespace
+}  // namespace cohort::train

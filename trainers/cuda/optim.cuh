@@ -1,0 +1,25 @@
+// CUDA twins of optim.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cohort/train/optim.h"
+#include "cuda/common.cuh"
+
+namespace cohort::train::cuda {
+
+void sgd_step(float* params, float* buf, const float* grads, size_t n, float lr, float momentum,
+              float weight_decay, float grad_scale, cudaStream_t stream);
+void adamw_step(float* params, float* m, float* v, const float* grads, size_t n, int64_t t,
+                const AdamWParams& p, float grad_scale, cudaStream_t stream);
+
+// Doubles of device scratch sum_squares needs.
+inline size_t sum_squares_scratch_doubles() {
+  return 1024 + 1;
+}
+// Sum of squares of x into *result (host), via `scratch` (device, sum_squares_scratch_doubles()).
+// Deterministic: fixed partials reduced in a fixed order. Synchronises the stream.
+double sum_squares(const float* x, size_t n, double* scratch, cudaStream_t stream);
+
+}  // namespace cohort::train::cuda

@@ -1,0 +1,25 @@
+// The CUDA entry points of device.h for builds without CUDA (the CUDA build defines them in
+// cuda/cuda_device.cu).
+#include "cohort/train/device.h"
+
+#ifndef COHORT_TRAIN_HAVE_CUDA
+#include "cohort/train/cuda_error.h"
+
+namespace cohort::train {
+
+bool cuda_device_available() {
+  return false;
+}
+
+int cuda_device_count() {
+  return 0;
+}
+
+std::unique_ptr<Device> make_cuda_device(int) {
+  throw CudaError(
+      "this build of cohort has no CUDA support (rebuild with the CUDA toolkit and NCCL "
+      "installed)");
+}
+
+}  // namespace cohort::train
+#endif

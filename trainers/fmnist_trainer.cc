@@ -1,0 +1,330 @@
+#include "cohort/train/fmnist_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "cohort/train/checkpoint.h"
+#include "cohort/train/cnn.h"
+#include "cohort/train/metrics.h"
+#include "cohort/train/progress.h"
+#include "cohort/train/schedule.h"
+#include "epoch_order.h"
+
+namespace cohort::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Position {
+  int64_t step = 0;
+  int epoch = 0;
+  int64_t batch_in_epoch = 0;  // batches of this epoch already done
+};
+
+std::string default_metrics_path(const FmnistOptions& o) {
+  if (o.metrics_path == "-") return "";
+  if (!o.metrics_path.empty()) return o.metrics_path;
+  if (!o.checkpoint_dir.empty()) {
+    return (std::filesystem::path(o.checkpoint_dir) / "metrics.jsonl").string();
+  }
+  return "metrics.jsonl";
+}
+
+class FmnistRun {
+ public:
+  FmnistRun(const FmnistOptions& o, Device& dev, Comm& comm)
+      : o_(o),
+        dev_(dev),
+        comm_(comm),
+        rank_(comm.rank()),
+        world_(comm.world()),
+        model_(dev, o.batch_size) {}
+
+  FmnistResult run();
+
+ private:
+  void load_data();
+  std::optional<Position> resume();
+  void save(const Position& pos);
+  void evaluate(int64_t step, int epoch);
+  // One optimiser step on the images at `indices` (bs of them): forward, backward, the fused
+  // allreduce (its time in *comm_s) and SGD. Returns the loss averaged over ranks.
+  double train_batch(const size_t* indices, int bs, float lr, double* comm_s);
+  void log(const std::string& line) {
+    if (progress_) progress_->log(line);
+  }
+
+  const FmnistOptions& o_;
+  Device& dev_;
+  Comm& comm_;
+  int rank_, world_;
+  FmnistCnn model_;
+  FmnistSplit train_, test_;
+  DeviceBuffer<float> momentum_, x_;
+  DeviceBuffer<int32_t> y_;
+  std::vector<float> host_x_;
+  std::vector<int32_t> host_y_;
+  std::optional<Progress> progress_;
+  std::optional<MetricsWriter> metrics_;
+  FmnistResult result_;
+};
+
+void FmnistRun::load_data() {
+  train_ = load_fmnist(o_.data_dir, "train", o_.train_limit);
+  test_ = load_fmnist(o_.data_dir, "test", o_.test_limit);
+}
+
+std::optional<Position> FmnistRun::resume() {
+  if (o_.checkpoint_dir.empty() || !o_.resume) return std::nullopt;
+  // Rank 0 reads; everyone receives the state, so ranks need no shared filesystem.
+  std::string meta_text;
+  std::optional<Checkpoint> ckpt;
+  if (rank_ == 0) {
+    std::vector<std::string> skipped;
+    ckpt = load_latest_checkpoint(o_.checkpoint_dir, &skipped);
+    for (const auto& s : skipped) spdlog::warn("skipping checkpoint: {}", s);
+    meta_text = ckpt ? ckpt->meta.dump() : "";
+  }
+  comm_.broadcast(meta_text);
+  if (meta_text.empty()) return std::nullopt;
+  const nlohmann::json meta = nlohmann::json::parse(meta_text);
+  if (meta.value("model", "") != "fmnist-cnn" ||
+      meta.value("layout", "") != model_.layout().signature()) {
+    throw std::runtime_error("checkpoint in " + o_.checkpoint_dir +
+                             " is not of this model (different trainer or layout)");
+  }
+  const size_t n = model_.num_params();
+  if (rank_ == 0) {
+    const auto& p = ckpt->block("params");
+    const auto& m = ckpt->block("momentum");
+    if (p.size() != n || m.size() != n) {
+      throw std::runtime_error("checkpoint parameter count does not match the model");
+    }
+    dev_.upload(model_.params(), p.data(), n * sizeof(float));
+    dev_.upload(momentum_.get(), m.data(), n * sizeof(float));
+  }
+  comm_.broadcast(model_.params(), n);
+  comm_.broadcast(momentum_.get(), n);
+  Position pos;
+  pos.step = meta.at("step").get<int64_t>();
+  pos.epoch = meta.at("epoch").get<int>();
+  // The samples of this epoch already consumed are a prefix of its permutation whatever the
+  // world size, so the position carries over to a different world size (rounded down).
+  const int64_t samples_done = meta.at("samples_done_in_epoch").get<int64_t>();
+  pos.batch_in_epoch = samples_done / (static_cast<int64_t>(o_.batch_size) * world_);
+  return pos;
+}
+
+void FmnistRun::save(const Position& pos) {
+  if (o_.checkpoint_dir.empty() || rank_ != 0) return;
+  Checkpoint c;
+  c.step = pos.step;
+  c.meta = {{"model", "fmnist-cnn"},
+            {"layout", model_.layout().signature()},
+            {"epoch", pos.epoch},
+            {"batch_in_epoch", pos.batch_in_epoch},
+            {"samples_done_in_epoch", pos.batch_in_epoch * o_.batch_size * world_},
+            {"world_size", world_},
+            {"batch_size", o_.batch_size},
+            {"seed", o_.seed},
+            {"lr", o_.lr},
+            {"momentum", o_.momentum}};
+  const size_t n = model_.num_params();
+  std::vector<float> p(n), m(n);
+  dev_.download(p.data(), model_.params(), n * sizeof(float));
+  dev_.download(m.data(), momentum_.get(), n * sizeof(float));
+  c.blocks = {{"params", std::move(p)}, {"momentum", std::move(m)}};
+  write_checkpoint(o_.checkpoint_dir, c, o_.keep_checkpoints);
+}
+
+void FmnistRun::evaluate(int64_t step, int epoch) {
+  // Each rank scores a disjoint shard (no padding), then (correct, count, loss) are summed.
+  double stats[3] = {0, 0, 0};
+  std::vector<size_t> idx;
+  for (size_t i = rank_; i < static_cast<size_t>(test_.count); i += world_) idx.push_back(i);
+  std::vector<float> probs(static_cast<size_t>(o_.batch_size) * FmnistCnn::kClasses);
+  for (size_t start = 0; start < idx.size(); start += o_.batch_size) {
+    const int b = static_cast<int>(std::min<size_t>(o_.batch_size, idx.size() - start));
+    gather_fmnist(test_, idx.data() + start, b, host_x_.data(), host_y_.data());
+    dev_.upload(x_.get(), host_x_.data(), sizeof(float) * b * FmnistCnn::kPixels);
+    dev_.upload(y_.get(), host_y_.data(), sizeof(int32_t) * b);
+    const float loss = model_.forward(x_.get(), y_.get(), b);
+    dev_.download(probs.data(), model_.probs(), sizeof(float) * b * FmnistCnn::kClasses);
+    for (int i = 0; i < b; ++i) {
+      const float* p = probs.data() + static_cast<size_t>(i) * FmnistCnn::kClasses;
+      const int pred = static_cast<int>(std::max_element(p, p + FmnistCnn::kClasses) - p);
+      stats[0] += pred == host_y_[i] ? 1 : 0;
+    }
+    stats[1] += b;
+    stats[2] += static_cast<double>(loss) * b;
+  }
+  comm_.allreduce_sum(stats, 3);
+  result_.test_accuracy = stats[1] > 0 ? stats[0] / stats[1] : 0;
+  result_.test_loss = stats[1] > 0 ? stats[2] / stats[1] : 0;
+  char line[160];
+  std::snprintf(line, sizeof line, "epoch %d step %lld: test accuracy %.2f%%  test loss %.4f",
+                epoch, static_cast<long long>(step), 100.0 * result_.test_accuracy,
+                result_.test_loss);
+  log(line);
+  if (metrics_) {
+    metrics_->write({{"step", step},
+                     {"epoch", epoch},
+                     {"eval", true},
+                     {"test_accuracy", result_.test_accuracy},
+                     {"test_loss", result_.test_loss}});
+  }
+}
+
+double FmnistRun::train_batch(const size_t* indices, int bs, float lr, double* comm_s) {
+  const size_t n = model_.num_params();
+  gather_fmnist(train_, indices, bs, host_x_.data(), host_y_.data());
+  dev_.upload(x_.get(), host_x_.data(), sizeof(float) * bs * FmnistCnn::kPixels);
+  dev_.upload(y_.get(), host_y_.data(), sizeof(int32_t) * bs);
+  model_.zero_grad();
+  float loss = model_.forward(x_.get(), y_.get(), bs);
+  model_.backward();
+  // One fused allreduce: the gradients, and the loss in the free slot after them.
+  dev_.upload(model_.grads() + n, &loss, sizeof(float));
+  const auto tc = Clock::now();
+  comm_.allreduce_sum(model_.grads(), n + 1);
+  *comm_s = std::chrono::duration<double>(Clock::now() - tc).count();
+  dev_.download(&loss, model_.grads() + n, sizeof(float));
+  // The gradients are sums over ranks; the step applies their mean.
+  dev_.sgd_step(model_.params(), momentum_.get(), model_.grads(), n, lr, o_.momentum, 0.0f,
+                1.0f / static_cast<float>(world_));
+  return static_cast<double>(loss) / world_;
+}
+
+FmnistResult FmnistRun::run() {
+  if (o_.batch_size <= 0 || o_.epochs <= 0) {
+    throw std::invalid_argument("batch size and epochs must be positive");
+  }
+  if (o_.lr_schedule != "constant" && o_.lr_schedule != "cosine") {
+    throw std::invalid_argument("--lr-schedule must be constant or cosine, not " + o_.lr_schedule);
+  }
+  load_data();
+  const size_t n = model_.num_params();
+  momentum_ = DeviceBuffer<float>(dev_, n);
+  dev_.zero(momentum_.get(), n * sizeof(float));
+  x_ = DeviceBuffer<float>(dev_, static_cast<size_t>(o_.batch_size) * FmnistCnn::kPixels);
+  y_ = DeviceBuffer<int32_t>(dev_, o_.batch_size);
+  host_x_.resize(static_cast<size_t>(o_.batch_size) * FmnistCnn::kPixels);
+  host_y_.resize(o_.batch_size);
+  model_.init(o_.seed);
+
+  std::optional<Position> resumed = resume();
+  Position pos = resumed.value_or(Position{});
+  result_.start_step = pos.step;
+  const uint32_t crc = device_checksum(dev_, model_.params(), n);
+  comm_.check_same(crc, resumed ? "resumed weights checksum" : "initial weights checksum");
+
+  if (rank_ == 0) {
+    progress_.emplace(o_.out, true, o_.progress_bar && Progress::is_terminal(o_.out), "samples/s",
+                      o_.log_every);
+    metrics_.emplace(default_metrics_path(o_), resumed.has_value());
+  }
+  const int64_t per_rank = (train_.count + world_ - 1) / world_;
+  const int64_t steps_per_epoch = (per_rank + o_.batch_size - 1) / o_.batch_size;
+  // Steps are counted across restarts, possibly at other world sizes: the run ends at the end of
+  // the last epoch at this world size, or at max_steps.
+  int64_t total_steps = pos.step + (o_.epochs - pos.epoch) * steps_per_epoch - pos.batch_in_epoch;
+  if (pos.epoch >= o_.epochs) total_steps = pos.step;
+  if (o_.max_steps > 0) total_steps = std::min(total_steps, o_.max_steps);
+  {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "fmnist: %d rank%s x batch %d on %s, %zu parameters, seed %llu, %lld steps "
+                  "(%lld per epoch), weights crc32 %08x%s",
+                  world_, world_ == 1 ? "" : "s", o_.batch_size, dev_.describe().c_str(),
+                  model_.layout().num_parameters(), static_cast<unsigned long long>(o_.seed),
+                  static_cast<long long>(total_steps), static_cast<long long>(steps_per_epoch), crc,
+                  resumed ? (" (resumed at step " + std::to_string(pos.step) + ")").c_str() : "");
+    log(line);
+  }
+
+  double train_seconds = 0, comm_seconds = 0;
+  const auto run_start = Clock::now();
+  int64_t samples = 0;
+  double ema_rate = 0;
+  bool stopped = pos.step >= total_steps;
+  bool evaluated = false;
+  for (int epoch = pos.epoch; epoch < o_.epochs && !stopped; ++epoch) {
+    const std::vector<size_t> order =
+        detail::epoch_indices(train_.count, world_, rank_, o_.seed, static_cast<uint64_t>(epoch));
+    const int64_t first_batch = epoch == pos.epoch ? pos.batch_in_epoch : 0;
+    for (int64_t b = first_batch; b < steps_per_epoch; ++b) {
+      const auto t0 = Clock::now();
+      const size_t start = static_cast<size_t>(b) * o_.batch_size;
+      const int bs = static_cast<int>(std::min<size_t>(o_.batch_size, order.size() - start));
+      const float lr = o_.lr_schedule == "cosine"
+                           ? cosine_lr(pos.step, o_.warmup_steps, total_steps, o_.lr, 0.0f)
+                           : o_.lr;
+      double comm_s = 0;
+      const double loss = train_batch(order.data() + start, bs, lr, &comm_s);
+      comm_seconds += comm_s;
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      train_seconds += dt;
+      samples += static_cast<int64_t>(bs) * world_;
+      const double rate = static_cast<double>(bs) * world_ / dt;
+      ema_rate = ema_rate == 0 ? rate : 0.9 * ema_rate + 0.1 * rate;
+      pos.step += 1;
+      pos.epoch = epoch;
+      pos.batch_in_epoch = b + 1;
+      result_.last_loss = loss;
+      if (progress_) progress_->step(pos.step, total_steps, loss, ema_rate, lr);
+      if (metrics_) {
+        metrics_->write(
+            {{"step", pos.step},
+             {"epoch", epoch},
+             {"loss", loss},
+             {"lr", lr},
+             {"samples_per_s", rate},
+             {"comm_ms", 1e3 * comm_s},
+             {"time", std::chrono::duration<double>(Clock::now() - run_start).count()}});
+      }
+      if (o_.checkpoint_every > 0 && pos.step % o_.checkpoint_every == 0) {
+        Position at = pos;
+        if (at.batch_in_epoch == steps_per_epoch) at = Position{pos.step, epoch + 1, 0};
+        save(at);
+      }
+      if (o_.on_step) o_.on_step();
+      if (pos.step >= total_steps) {
+        stopped = true;
+        break;
+      }
+    }
+    const bool epoch_complete = pos.batch_in_epoch == steps_per_epoch;
+    if (progress_) progress_->finish();
+    evaluate(pos.step, epoch + (epoch_complete ? 1 : 0));
+    evaluated = true;
+    if (epoch_complete) {
+      result_.epochs_done = epoch + 1;
+      pos = Position{pos.step, epoch + 1, 0};
+    }
+  }
+  if (!evaluated) evaluate(pos.step, pos.epoch);  // resumed after the last step: report anyway
+  if (!o_.checkpoint_dir.empty() && (o_.checkpoint_every <= 0 || pos.step % o_.checkpoint_every)) {
+    save(pos);
+  }
+  result_.steps = pos.step;
+  result_.train_seconds = train_seconds;
+  result_.comm_seconds = comm_seconds;
+  result_.samples_per_s = train_seconds > 0 ? samples / train_seconds : 0;
+  result_.params_crc = device_checksum(dev_, model_.params(), n);
+  return result_;
+}
+
+}  // namespace
+
+FmnistResult train_fmnist(const FmnistOptions& options, Device& dev, Comm& comm) {
+  FmnistRun run(options, dev, comm);
+  return run.run();
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,64 @@
+// The Fashion-MNIST trainer behind cohort-train-fmnist, as a library call that tests drive
+// without a process boundary.
+//
+// Data parallel: every rank builds the same model from the same seed (checked by a checksum
+// broadcast), reads its DistributedSampler shard (seed + epoch), and after each backward the
+// gradients of all ranks are summed by ONE allreduce (the mean loss rides in the same buffer);
+// SGD then applies their mean. Rank 0 alone prints, writes metrics.jsonl and checkpoints.
+// A run resumes by itself from the newest complete checkpoint in checkpoint_dir, at any world size.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include "cohort/train/comm.h"
+#include "cohort/train/device.h"
+#include "cohort/train/fmnist_data.h"
+
+namespace cohort::train {
+
+struct FmnistOptions {
+  std::string data_dir = kDefaultFmnistDir;
+  int epochs = 1;
+  int batch_size = 64;  // per rank
+  float lr = 0.05f;
+  float momentum = 0.9f;
+  // "constant" (the reference setting) or "cosine": warm-up over warmup_steps, then a half cosine
+  // from lr down to 0 at the last step (schedule.h).
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  uint64_t seed = 0;
+  int64_t max_steps = 0;       // stop after this many optimiser steps in total (0: run all epochs)
+  int64_t train_limit = 0;     // use only the first N training images (0: all 60,000)
+  int64_t test_limit = 0;      // evaluate on the first N test images (0: all 10,000)
+  std::string checkpoint_dir;  // "" disables checkpoints and resuming
+  int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
+  int keep_checkpoints = 2;
+  bool resume = true;        // start from the newest complete checkpoint in checkpoint_dir
+  std::string metrics_path;  // "" : <checkpoint_dir>/metrics.jsonl or ./metrics.jsonl; "-": none
+  int log_every = 50;        // plain-log interval off a terminal
+  std::FILE* out = stdout;   // rank 0's progress and results (nullptr: silent)
+  bool progress_bar = true;  // draw a bar when `out` is a terminal
+  std::function<void()> on_step;  // called after every step (heartbeats, fault-injection tests)
+};
+
+struct FmnistResult {
+  int64_t start_step = 0;  // > 0 when resumed from a checkpoint
+  int64_t steps = 0;       // optimiser steps done in total (including those before a resume)
+  int epochs_done = 0;
+  double test_accuracy = 0;  // of the last evaluation
+  double test_loss = 0;
+  double last_loss = 0;      // mean training loss of the last step, averaged over ranks
+  double samples_per_s = 0;  // all ranks together, training steps only
+  double train_seconds = 0;
+  double comm_seconds = 0;  // of train_seconds, in the gradient allreduce (waiting included)
+  uint32_t params_crc = 0;  // crc32 of the final parameters (the same on every rank)
+};
+
+// Trains on `dev` with `comm`'s ranks. Throws std::runtime_error (data, checkpoints) or
+// cohort::Error (collectives) on failure.
+FmnistResult train_fmnist(const FmnistOptions& options, Device& dev, Comm& comm);
+
+}  // namespace cohort::train

@@ -1,0 +1,23 @@
+// Fully connected layer: out = inp @ weight^T + bias, weight stored (OC, C) as in PyTorch.
+//
+// Conventions of every layer in this folder (llm.c's train_gpt2.c): the caller passes every buffer
+// and nothing is allocated; shapes are row-major and commented as (N, C) or (B, T, C); forward
+// caches what backward needs; backward ACCUMULATES parameter gradients (+=, the caller zeroes them
+// once per optimizer step, so gradient accumulation is free) and OVERWRITES the input gradient
+// unless the function says otherwise. A null input-gradient pointer skips that work.
+// Thread safety: the functions keep no state and may run concurrently on different buffers
+// (OpenBLAS's thread count, set by configure_blas_threads(), is process-wide).
+#pragma once
+
+namespace cohort::train {
+
+// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC). bias may be null.
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC);
+
+// dinp (N, C) = dout @ weight (overwritten; may be null); dweight (OC, C) += dout^T @ inp;
+// dbias (OC) += column sums of dout (may be null).
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC);
+
+}  // namespace cohort::train

@@ -1,0 +1,38 @@
+#include "cohort/train/metrics.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+namespace cohort::train {
+
+MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path) {
+  if (path.empty()) return;
+  const auto parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  f_ = std::fopen(path.c_str(), append ? "a" : "w");
+  if (!f_) {
+    throw std::runtime_error("cannot open metrics file " + path + ": " + std::strerror(errno));
+  }
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void MetricsWriter::write(const nlohmann::json& record) {
+  if (!f_) return;
+  const std::string line = record.dump() + "\n";
+  std::fwrite(line.data(), 1, line.size(), f_);
+  std::fflush(f_);
+}
+
+void write_summary(const std::string& path, const nlohmann::json& summary) {
+  if (path.empty()) return;
+  MetricsWriter w(path, /*append=*/false);
+  w.write(summary);
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,92 @@
+// cohort-train-gpt: a small byte-level GPT, data parallel under cohortrun (or torchrun).
+#include <CLI/CLI.hpp>
+
+#include "cohort/train/gpt_trainer.h"
+#include "cohort/train/metrics.h"
+#include "cohort/train/worker.h"
+
+namespace {
+
+using namespace cohort::train;
+
+struct Cli {
+  GptOptions o;
+  WorkerOptions w;
+  std::string summary;
+  double max_val_loss = 0;  // exit status 3 above it (0: no check)
+};
+
+void define_options(CLI::App& app, Cli& c) {
+  app.add_option("--data", c.o.data, "text file or directory (default: the fortunes package text)");
+  app.add_option("--n-layer", c.o.model.n_layer, "transformer blocks")->capture_default_str();
+  app.add_option("--n-head", c.o.model.n_head, "attention heads")->capture_default_str();
+  app.add_option("--n-embd", c.o.model.n_embd, "embedding width")->capture_default_str();
+  app.add_option("--block-size", c.o.model.block_size, "sequence length")->capture_default_str();
+  app.add_option("--batch-size", c.o.batch_size, "micro-batch per rank")->capture_default_str();
+  app.add_option("--total-batch-tokens", c.o.total_batch_tokens, "tokens per optimiser step")
+      ->capture_default_str();
+  app.add_option("--max-steps", c.o.max_steps, "optimiser steps")->capture_default_str();
+  app.add_option("--warmup-steps", c.o.warmup_steps, "linear warm-up steps")->capture_default_str();
+  app.add_option("--lr", c.o.adamw.lr, "peak AdamW learning rate")->capture_default_str();
+  app.add_option("--weight-decay", c.o.adamw.weight_decay, "AdamW weight decay")
+      ->capture_default_str();
+  app.add_option("--grad-clip", c.o.grad_clip, "max gradient norm (0: off)")->capture_default_str();
+  app.add_option("--eval-interval", c.o.eval_interval, "steps between validations")
+      ->capture_default_str();
+  app.add_option("--eval-batches", c.o.eval_batches, "micro-batches per validation")
+      ->capture_default_str();
+  app.add_option("--sample", c.o.sample_bytes, "bytes to generate at the end");
+  app.add_option("--prompt", c.o.prompt, "start of the generated text");
+  app.add_option("--seed", c.o.seed, "seed of the weights and sampling")->capture_default_str();
+  app.add_option("--checkpoint-dir", c.o.checkpoint_dir,
+                 "write checkpoints here, resume from here");
+  app.add_option("--checkpoint-every", c.o.checkpoint_every, "steps between checkpoints");
+  app.add_option("--keep-checkpoints", c.o.keep_checkpoints, "complete checkpoints to keep");
+  app.add_flag("!--no-resume", c.o.resume, "ignore existing checkpoints");
+  app.add_option("--metrics", c.o.metrics_path, "metrics.jsonl path ('-': none)");
+  app.add_option("--log-every", c.o.log_every, "steps between log lines off a terminal");
+  app.add_option("--max-val-loss", c.max_val_loss,
+                 "exit with status 3 when the final validation loss is higher (checks, CI)");
+  app.add_option("--summary-json", c.summary, "write the final results to this file (rank 0)");
+  app.add_option("--device", c.w.device, "cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--threads", c.w.threads, "CPU threads (default: OMP_NUM_THREADS, else all)");
+}
+
+int real_main(int argc, char** argv) {
+  Cli c;
+  CLI::App app{"Train a small byte-level GPT, data parallel (launch with cohortrun)"};
+  define_options(app, c);
+  CLI11_PARSE(app, argc, argv);
+  auto worker = Worker::start(c.w);
+  c.o.on_step = worker->step_hook();
+  if (worker->rank() != 0) c.o.out = nullptr;
+  const GptResult r = train_gpt(c.o, worker->device(), worker->comm());
+  if (worker->rank() == 0) {
+    std::printf(
+        "final: train loss %.4f  validation loss %.4f  %.0f tokens/s  %lld steps  "
+        "(%.1f%% of step time in the gradient allreduce)\n",
+        r.last_loss, r.val_loss, r.tokens_per_s, static_cast<long long>(r.steps),
+        r.train_seconds > 0 ? 100.0 * r.comm_seconds / r.train_seconds : 0.0);
+    write_summary(c.summary, {{"model", "gpt"},
+                              {"world_size", worker->world_size()},
+                              {"steps", r.steps},
+                              {"start_step", r.start_step},
+                              {"train_loss", r.last_loss},
+                              {"val_loss", r.val_loss},
+                              {"tokens_per_s", r.tokens_per_s},
+                              {"train_seconds", r.train_seconds},
+                              {"comm_seconds", r.comm_seconds}});
+    if (c.max_val_loss > 0 && r.val_loss > c.max_val_loss) {
+      std::fprintf(stderr, "validation loss %.4f is above --max-val-loss %.4f\n", r.val_loss,
+                   c.max_val_loss);
+      return 3;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return cohort::train::run_worker_main(argc, argv, real_main);
+}
