@@ -42,8 +42,29 @@ int env_int(const char* name, int fallback) {
   return v ? std::atoi(v) : fallback;
 }
 
-std::string path(const std::string& what) {
-  return g_out + "/" + std::to_string(g_rank) + ".attempt" + std::to_string(g_attempt) + "." + what;
+std::string path(const std::string& what, int rank = g_rank) {
+  return g_out + "/" + std::to_string(rank) + ".attempt" + std::to_string(g_attempt) + "." + what;
+}
+
+// Readers poll for these files, so they appear whole or not at all.
+void write_atomically(const std::string& file, const std::string& content) {
+  std::string tmp = file + ".tmp";
+  std::ofstream(tmp) << content;
+  std::rename(tmp.c_str(), file.c_str());
+}
+
+// A failing rank first waits (up to 10 s) until every rank of its attempt has recorded itself,
+// so that the tests can count on one record per rank and attempt: without this the launcher may
+// stop a slow peer before it wrote anything.
+void wait_for_peers_records() {
+  if (g_out.empty()) return;
+  int world = env_int("WORLD_SIZE", 1);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (int r = 0; r < world; ++r) {
+    while (::access(path("pid", r).c_str(), F_OK) != 0 &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 void on_term(int) {
@@ -133,9 +154,10 @@ int main(int argc, char** argv) {
     pids += std::to_string(c) + "\n";
   }
   if (!g_out.empty()) {
-    std::ofstream env(path("env"));
-    for (char** e = environ; *e; ++e) env << *e << "\n";
-    std::ofstream(path("pid")) << pids;
+    std::string env;
+    for (char** e = environ; *e; ++e) env += std::string(*e) + "\n";
+    write_atomically(path("env"), env);
+    write_atomically(path("pid"), pids);
   }
   if (alloc_mb > 0) {
     // Uncaught std::bad_alloc under ulimit -v: terminate() and SIGABRT, as in a real program.
@@ -158,6 +180,7 @@ int main(int argc, char** argv) {
     for (;;) ::pause();
   }
   if (fail_here && (exit_code != 0 || !sig.empty())) {
+    wait_for_peers_records();
     if (!stderr_text.empty()) std::fprintf(stderr, "%s\n", stderr_text.c_str());
     if (!error_msg.empty()) {
       const char* ef = std::getenv("TORCHELASTIC_ERROR_FILE");
