@@ -1,5 +1,7 @@
 #include "cohort/train/fmnist_trainer.h"
 
+#include "cohort/train/preemption.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -288,10 +290,15 @@ FmnistResult FmnistRun::run() {
              {"comm_ms", 1e3 * comm_s},
              {"time", std::chrono::duration<double>(Clock::now() - run_start).count()}});
       }
-      if (o_.checkpoint_every > 0 && pos.step % o_.checkpoint_every == 0) {
+      const bool requested = take_checkpoint_request();
+      if ((o_.checkpoint_every > 0 && pos.step % o_.checkpoint_every == 0) ||
+          (requested && !o_.checkpoint_dir.empty())) {
         Position at = pos;
         if (at.batch_in_epoch == steps_per_epoch) at = Position{pos.step, epoch + 1, 0};
         save(at);
+        if (requested && rank_ == 0) {
+          log("checkpoint at step " + std::to_string(pos.step) + ", as asked by SIGUSR1");
+        }
       }
       if (o_.on_step) o_.on_step();
       if (pos.step >= total_steps) {

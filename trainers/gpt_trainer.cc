@@ -1,5 +1,7 @@
 #include "cohort/train/gpt_trainer.h"
 
+#include "cohort/train/preemption.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -304,7 +306,14 @@ GptResult GptRun::run() {
                        {"comm_ms", 1e3 * comm_s},
                        {"time", std::chrono::duration<double>(Clock::now() - run_start).count()}});
     }
-    if (o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0) save(step + 1);
+    const bool requested = take_checkpoint_request();
+    if ((o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0) ||
+        (requested && !o_.checkpoint_dir.empty())) {
+      save(step + 1);
+      if (requested && rank_ == 0) {
+        log("checkpoint at step " + std::to_string(step + 1) + ", as asked by SIGUSR1");
+      }
+    }
     if (o_.on_step) o_.on_step();
   }
   if (progress_) progress_->finish();

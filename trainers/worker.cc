@@ -1,5 +1,7 @@
 #include "cohort/train/worker.h"
 
+#include "cohort/train/preemption.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -57,7 +59,13 @@ std::unique_ptr<Device> make_device(const WorkerOptions& o, int local_rank) {
 
 std::unique_ptr<Worker> Worker::start(const WorkerOptions& options) {
   std::unique_ptr<Worker> w(new Worker());
+  install_checkpoint_signal();
+#ifdef COHORT_TRAIN_HAVE_RUNTIME
+  // Any launcher the runtime knows: cohortrun/torchrun (WORLD_SIZE), srun (SLURM_NTASKS), mpirun.
+  const int world = WorkerIdentity::parse(current_env()).world_size;
+#else
   const int world = env_int("WORLD_SIZE", 1);
+#endif
 #ifdef COHORT_TRAIN_HAVE_RUNTIME
   if (world > 1) {
     w->runtime_ = std::make_unique<Runtime>(Context::from_env());
