@@ -5,6 +5,7 @@
 #include <sstream>
 #include <thread>
 
+#include "json_text.h"
 #include "round_ops.h"
 
 namespace cohort::launch {
@@ -28,10 +29,9 @@ std::string changed_key(int round, int version) {
 }
 
 std::string encode(const RoundState& s) {
-  return json{{"version", s.version},
-              {"status", s.complete ? "complete" : "joining"},
-              {"participants", s.participants}}
-      .dump();
+  return json_text(json{{"version", s.version},
+                        {"status", s.complete ? "complete" : "joining"},
+                        {"participants", s.participants}});
 }
 
 RoundState decode(const std::string& text) {

@@ -1,4 +1,5 @@
 #include "error_file.h"
+#include "json_text.h"
 
 #include <unistd.h>
 
@@ -85,7 +86,7 @@ void write_parent_error_file(const std::string& path, const std::optional<ErrorF
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp);
-    out << j.dump();
+    out << json_text(j);
     if (!out.flush()) return;
   }
   std::rename(tmp.c_str(), path.c_str());

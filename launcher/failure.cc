@@ -1,4 +1,5 @@
 #include "failure.h"
+#include "json_text.h"
 
 #include <csignal>
 #include <cstring>
@@ -56,13 +57,13 @@ constexpr SignalEntry kSignals[] = {
 }  // namespace
 
 std::string to_json(const WorkerFailure& f) {
-  return failure_json(f).dump();
+  return json_text(failure_json(f));
 }
 
 std::string to_json(const std::vector<WorkerFailure>& fs) {
   json a = json::array();
   for (const auto& f : fs) a.push_back(failure_json(f));
-  return a.dump();
+  return json_text(a);
 }
 
 std::string to_json(const Outcome& o) {
@@ -72,7 +73,7 @@ std::string to_json(const Outcome& o) {
          {"restarts", o.restarts},
          {"detail", o.detail}};
   if (o.first_failure) j["first_failure"] = failure_json(*o.first_failure);
-  return j.dump();
+  return json_text(j);
 }
 
 WorkerFailure failure_from_json(const std::string& text) {

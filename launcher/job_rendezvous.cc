@@ -34,7 +34,7 @@ bool conf_flag(const std::string& conf, const std::string& key, bool* value) {
 
 JobRendezvous::JobRendezvous(asio::io_context& io, const LaunchConfig& c, std::string run_id,
                              std::shared_ptr<spdlog::logger> log)
-    : io_(io), config_(c), run_id_(std::move(run_id)), log_(std::move(log)), keep_alive_timer_(io) {
+    : config_(c), run_id_(std::move(run_id)), log_(std::move(log)), keep_alive_timer_(io) {
   const std::string& b = c.rdzv_backend;
   elastic_ = b == "c10d" || b == "cohort" || b == "etcd";
   const bool etcd = b == "etcd";

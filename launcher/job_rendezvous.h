@@ -69,7 +69,6 @@ class JobRendezvous {
   // Applies --auth-token-file and --allow-unauthenticated-from to a store we host.
   void secure(rdzv::StoreServerOptions* so) const;
 
-  asio::io_context& io_;
   const LaunchConfig& config_;
   std::string run_id_;
   std::shared_ptr<spdlog::logger> log_;

@@ -3,15 +3,19 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "json_text.h"
 #include "round_ops.h"
 
 namespace cohort::launch {
 
 std::string to_json(const NodeInfo& n) {
-  return nlohmann::json{
-      {"id", n.id},   {"node_rank", n.node_rank}, {"nproc", n.nproc},          {"host", n.host},
-      {"pid", n.pid}, {"addr", n.addr},           {"store_port", n.store_port}}
-      .dump();
+  return json_text(nlohmann::json{{"id", n.id},
+                                  {"node_rank", n.node_rank},
+                                  {"nproc", n.nproc},
+                                  {"host", n.host},
+                                  {"pid", n.pid},
+                                  {"addr", n.addr},
+                                  {"store_port", n.store_port}});
 }
 
 NodeInfo node_info_from_json(const std::string& text) {

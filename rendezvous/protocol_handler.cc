@@ -143,10 +143,14 @@ bool ProtocolHandler::process() {
         continue;
       }
       const size_t reply_start = out_.size();
+      std::string notifications;
+      notifications_aside_ = &notifications;
       state_.begin_batch();
       bool keep = dispatch(req_);
+      notifications_aside_ = nullptr;
       if (keep) state_.remember_reply(tag_client, tag_request, out_.substr(reply_start));
       state_.end_batch();
+      out_.append(notifications);
       if (!keep) return false;
       continue;
     }

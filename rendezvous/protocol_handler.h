@@ -40,7 +40,9 @@ class ProtocolHandler {
   // meanwhile are buffered (call process() again, on a later turn of the loop).
   bool wake();
   // Appends unsolicited bytes (a 1.13 watch notification).
-  void deliver(std::string_view bytes) { out_.append(bytes); }
+  void deliver(std::string_view bytes) {
+    (notifications_aside_ ? *notifications_aside_ : out_).append(bytes);
+  }
 
   // Replies not yet sent. The caller moves them out (swap) and sends them.
   std::string& output() { return out_; }
@@ -70,6 +72,9 @@ class ProtocolHandler {
   size_t begin_ = 0;  // first unconsumed byte of in_
   size_t end_ = 0;    // end of valid bytes in in_
   std::string out_;
+  // While a tagged write runs, notifications to this connection go here, not into the reply
+  // that a retry replays (a retry must not notify twice).
+  std::string* notifications_aside_ = nullptr;
   // Runs the token handshake on buffered bytes; false when the connection must close. Sets
   // *need_more when it waits for bytes.
   bool authenticate(bool* need_more);

@@ -43,8 +43,10 @@ bool all_digits(const std::string& s) {
   return true;
 }
 
-// "01-04,07" -> {"01","02","03","04","07"}
-std::vector<std::string> expand_group(const std::string& group, const std::string& text) {
+// "01-04,07" -> {"01","02","03","04","07"}; more than max_numbers numbers is an error (checked
+// before expanding: "[0-65535,0-65535,...]" must not allocate its way to an out-of-memory).
+std::vector<std::string> expand_group(const std::string& group, const std::string& text,
+                                      size_t max_numbers) {
   std::vector<std::string> out;
   size_t start = 0;
   while (start <= group.size()) {
@@ -61,6 +63,9 @@ std::vector<std::string> expand_group(const std::string& group, const std::strin
     uint64_t a = std::stoull(lo), b = std::stoull(hi);
     if (b < a) throw bad(text, "range '" + item + "' runs backwards");
     if (b - a >= 65536) throw bad(text, "range '" + item + "' is too large");
+    if (out.size() + (b - a + 1) > max_numbers) {
+      throw bad(text, "expands to more than " + std::to_string(max_numbers) + " hosts");
+    }
     size_t width = lo.size();  // "001-100": every number padded to 3 digits
     for (uint64_t v = a; v <= b; ++v) {
       std::string s = std::to_string(v);
@@ -101,7 +106,7 @@ std::vector<std::string> expand_hostlist(const std::string& text, size_t max_hos
       size_t close = entry.find(']', open);
       std::string group = entry.substr(open + 1, close - open - 1);
       if (group.find('[') != std::string::npos) throw bad(text, "nested '['");
-      std::vector<std::string> numbers = expand_group(group, text);
+      std::vector<std::string> numbers = expand_group(group, text, max_hosts);
       if (partial.size() * numbers.size() + hosts.size() > max_hosts) {
         throw bad(text, "expands to more than " + std::to_string(max_hosts) + " hosts");
       }
@@ -122,7 +127,7 @@ std::vector<std::string> expand_hostlist(const std::string& text, size_t max_hos
   return hosts;
 }
 
-std::vector<int> expand_counts(const std::string& text) {
+std::vector<int> expand_counts(const std::string& text, size_t max_entries) {
   std::vector<int> out;
   size_t start = 0;
   while (start < text.size()) {
@@ -138,7 +143,11 @@ std::vector<int> expand_counts(const std::string& text) {
       item = item.substr(0, paren);
     }
     int v = to_int("count", item);
-    for (int i = 0; i < repeat; ++i) out.push_back(v);
+    if (out.size() + static_cast<size_t>(repeat) > max_entries) {
+      throw std::invalid_argument("counts '" + text + "': more than " +
+                                  std::to_string(max_entries) + " nodes");
+    }
+    out.insert(out.end(), static_cast<size_t>(repeat), v);
     if (comma == std::string::npos) break;
     start = comma + 1;
   }

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "error_file.h"
+#include "failure.h"
 #include "failure_report.h"
 #include "output.h"
 
@@ -43,6 +44,18 @@ TEST(FailureReport, TorchrunLayoutWithTheEarliestFailureAsRootCause) {
 TEST(FailureReport, SingleFailureSaysNoOtherFailures) {
   std::string r = format_failure_report("t", {make(0, 1, 1)});
   EXPECT_NE(r.find("Failures:\n  <NO_OTHER_FAILURES>\n"), std::string::npos);
+}
+
+// Found by fuzz_error_file: a traceback cut inside a UTF-8 sequence made the failure's trip
+// through the store throw (nlohmann::json refuses to write invalid UTF-8).
+TEST(FailureReport, InvalidUtf8InATracebackSurvivesTheTripThroughTheStore) {
+  WorkerFailure f = make(2, 5, 1);
+  f.traceback = "box \xe2\x96";
+  f.message = "bad \xff byte";
+  WorkerFailure back = failure_from_json(to_json(f));
+  EXPECT_EQ(back.global_rank, 2);
+  EXPECT_EQ(back.message, "bad \xef\xbf\xbd byte");  // U+FFFD
+  EXPECT_EQ(back.traceback.rfind("box ", 0), 0u);
 }
 
 class ErrorFileTest : public ::testing::Test {

@@ -88,6 +88,21 @@ TEST(Counts, RepetitionSyntax) {
   EXPECT_THROW(expand_counts("2(x"), std::invalid_argument);
 }
 
+// Found by fuzz_hostlist: both once allocated gigabytes before checking any bound.
+TEST(Counts, TooManyNodesIsRejectedBeforeAllocating) {
+  EXPECT_THROW(expand_counts("2(x999999994),1"), std::invalid_argument);
+  EXPECT_EQ(expand_counts("1(x3)", 3).size(), 3u);
+  EXPECT_THROW(expand_counts("1(x3),1", 3), std::invalid_argument);
+}
+
+TEST(Hostlist, ManyFullRangesInOneGroupAreRejectedBeforeAllocating) {
+  std::string group;
+  for (int i = 0; i < 520; ++i) group += (i ? "," : "") + std::string("0-65535");
+  EXPECT_THROW(expand_hostlist("n[" + group + "]"), std::invalid_argument);
+  EXPECT_EQ(expand_hostlist("n[1-3]", 3).size(), 3u);
+  EXPECT_THROW(expand_hostlist("n[1-3,5]", 3), std::invalid_argument);
+}
+
 TEST(SlurmEnv, FromAStepOnTheSecondNode) {
   // As seen by rank 1 of `srun -N2 --ntasks-per-node=1` (shared/infra/REPORT.md §1).
   std::map<std::string, std::string> env{{"SLURM_JOB_ID", "41"},

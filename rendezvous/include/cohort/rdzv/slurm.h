@@ -18,8 +18,9 @@ namespace cohort::slurm {
 // `max_hosts` names).
 std::vector<std::string> expand_hostlist(const std::string& hostlist, size_t max_hosts = 65536);
 
-// Expands per-node counts such as SLURM_TASKS_PER_NODE "2(x3),1" -> {2, 2, 2, 1}.
-std::vector<int> expand_counts(const std::string& counts);
+// Expands per-node counts such as SLURM_TASKS_PER_NODE "2(x3),1" -> {2, 2, 2, 1}. Throws
+// std::invalid_argument naming the problem (not a count, more than `max_entries` nodes).
+std::vector<int> expand_counts(const std::string& counts, size_t max_entries = 65536);
 
 // What the environment of a process inside a Slurm allocation says.
 struct SlurmEnv {
