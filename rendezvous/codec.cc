@@ -97,7 +97,7 @@ bool read_string(WireReader& r, uint64_t max, std::string_view what, std::string
   bool too_long = false;
   if (r.bytes(out, max, &too_long)) return true;
   if (too_long) {
-    uint64_t n;
+    uint64_t n = 0;  // bytes() saw the length, so u64() succeeds
     WireReader peek = r;
     peek.u64(&n);
     *result = bad(over_limit(what, n, flag, max));

@@ -118,6 +118,8 @@ export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:detect_l
 export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1
 export LSAN_OPTIONS=print_suppressions=0
 export TSAN_OPTIONS=halt_on_error=1:abort_on_error=1:second_deadlock_stack=1
+# Tests that cannot run under a sanitizer ask this (the fault suite's ulimit -v scenario).
+export COHORT_SANITIZER=$MODE
 
 ctest_args=(--test-dir "$BUILD" --output-on-failure --timeout 900 -j"$JOBS")
 [ -n "$LABELS" ] && ctest_args+=(-L "$LABELS")

@@ -1,17 +1,67 @@
 #!/usr/bin/env bash
-# Sets up what is missing, builds (Release, tests on) and runs the whole test suite.
-#   scripts/test.sh                 everything
-#   scripts/test.sh -L store        only tests labelled "store" (any ctest arguments pass through)
-# Exit status: the suite's. Build directory: $COHORT_BUILD_DIR (default build/).
+# Sets up what is missing, builds and runs the test suite: what CI runs (.ci/run calls this).
+#
+#   scripts/test.sh               everything, in this order, each stage in its own build folder:
+#                                   release  Release build, the whole suite (ctest)       build/
+#                                   fuzz     each libFuzzer target for 60 s               build-fuzz/
+#                                   asan     ASan + UBSan, the whole suite                build-asan/
+#                                   tsan     TSan, the store, launcher and runtime tests  build-tsan/
+#   scripts/test.sh --quick       the release stage only
+#   scripts/test.sh -L store      the release stage only, with these ctest arguments
+#
+# Every stage runs even when an earlier one failed; a summary with each stage's time ends the
+# output. Exit status: 0 when every stage passed, else 1 (2: a bad argument).
+# Environment: COHORT_BUILD_DIR (release folder, default build), COHORT_FUZZ_SECONDS (per target,
+# default 60), COHORT_TEST_STAGES (default "release fuzz asan tsan").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+STAGES=${COHORT_TEST_STAGES:-release fuzz asan tsan}
+if [ "${1:-}" = "--quick" ]; then
+  STAGES=release
+  shift
+elif [ $# -gt 0 ]; then
+  STAGES=release
+fi
+for s in $STAGES; do
+  case "$s" in release | fuzz | asan | tsan) ;; *)
+    echo "test.sh: unknown stage '$s' in COHORT_TEST_STAGES (release, fuzz, asan, tsan)" >&2
+    exit 2
+    ;;
+  esac
+done
+
 scripts/setup.sh --check >/dev/null 2>&1 || scripts/setup.sh
 
-BUILD=${COHORT_BUILD_DIR:-build}
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOHORT_BUILD_TESTS=ON \
-  -DCOHORT_BUILD_RUNTIME=ON -DCOHORT_BUILD_TRAINERS=ON -DCOHORT_BUILD_BENCH=ON
-cmake --build "$BUILD" -j"$(nproc)"
+release() {
+  local build=${COHORT_BUILD_DIR:-build}
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOHORT_BUILD_TESTS=ON \
+    -DCOHORT_BUILD_RUNTIME=ON -DCOHORT_BUILD_TRAINERS=ON -DCOHORT_BUILD_BENCH=ON &&
+    cmake --build "$build" -j"$(nproc)" &&
+    ctest --test-dir "$build" --output-on-failure --timeout 900 -j"$(nproc)" "$@"
+}
 
-cd "$BUILD"
-ctest --output-on-failure --timeout 900 -j"$(nproc)" "$@"
+summary=()
+failed=0
+for stage in $STAGES; do
+  echo "==== test.sh: stage $stage ===================================================="
+  start=$(date +%s)
+  rc=0
+  case "$stage" in
+    release) release "$@" || rc=$? ;;
+    fuzz) scripts/fuzz.sh "${COHORT_FUZZ_SECONDS:-60}" || rc=$? ;;
+    asan) COHORT_JOBS=$(nproc) scripts/sanitize.sh asan || rc=$? ;;
+    tsan) COHORT_JOBS=$(nproc) scripts/sanitize.sh tsan || rc=$? ;;
+  esac
+  secs=$(($(date +%s) - start))
+  if [ "$rc" -eq 0 ]; then
+    summary+=("$(printf '%-8s passed  %4d s' "$stage" "$secs")")
+  else
+    summary+=("$(printf '%-8s FAILED  %4d s  (exit %d)' "$stage" "$secs" "$rc")")
+    failed=1
+  fi
+done
+
+echo "==== test.sh summary ============================================================"
+printf '%s\n' "${summary[@]}"
+exit $failed
