@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -67,21 +68,26 @@ void wait_for_peers_records() {
   }
 }
 
+// Paths the signal handlers create, made before the handlers are installed: a handler may only
+// make async-signal-safe calls (no allocation; ThreadSanitizer checks).
+char g_term_path[4096];
+char g_usr1_path[4096];
+
+void touch(const char* p) {
+  if (p[0] == '\0') return;
+  int saved = errno;
+  int fd = ::open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) ::close(fd);
+  errno = saved;
+}
+
 void on_term(int) {
-  if (!g_out.empty()) {
-    std::string p = g_out + "/" + std::to_string(g_rank) + ".term";
-    int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) ::close(fd);
-  }
+  touch(g_term_path);
   ::_exit(0);
 }
 
 void on_usr1(int) {
-  if (!g_out.empty()) {
-    std::string p = g_out + "/" + std::to_string(g_rank) + ".usr1";
-    int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) ::close(fd);
-  }
+  touch(g_usr1_path);
 }
 
 int signal_from_name(const std::string& n) {
@@ -141,6 +147,10 @@ int main(int argc, char** argv) {
   }
   g_rank = env_int("RANK", 0);
   g_attempt = env_int("TORCHELASTIC_RESTART_COUNT", 0);
+  if (!g_out.empty()) {
+    std::snprintf(g_term_path, sizeof g_term_path, "%s/%d.term", g_out.c_str(), g_rank);
+    std::snprintf(g_usr1_path, sizeof g_usr1_path, "%s/%d.usr1", g_out.c_str(), g_rank);
+  }
   if (trap_term) ::signal(SIGTERM, on_term);
   if (trap_usr1) ::signal(SIGUSR1, on_usr1);
 
