@@ -241,35 +241,31 @@ std::vector<std::string> LivenessMonitor::tick(Store& store,
                                                const std::vector<std::string>& peers) {
   const auto now = Clock::now();
   std::vector<std::string> lost;
-  if (store.supports_ttl()) {
-    // etcd: a lease per node, refreshed every tick; a node's key vanishes when its lease expires.
-    store.set_with_ttl(alive_key(self_), "1", timeout_);
-    for (const auto& p : peers) {
-      if (p == self_) continue;
-      std::vector<std::string> k{alive_key(p)};
-      bool alive = store.check(k);
-      auto it = seen_.find(p);
-      if (alive) {
-        seen_[p] = {1, now};
-      } else if (it == seen_.end()) {
-        seen_[p] = {0, now};  // not yet beaten: give it the timeout from now
-      } else if (it->second.value == 1 || now - it->second.since >= timeout_) {
-        lost.push_back(p);  // its lease expired, or it never came up
-      }
-    }
-    return lost;
-  }
-  // Any other store: a counter per node; one that stops moving marks its node lost.
+  // etcd: a lease per node as well, refreshed every tick, so that a dead node's key goes away by
+  // itself. Its TTL is whole seconds, so the counters below usually notice first.
+  const bool leased = store.supports_ttl();
+  if (leased) store.set_with_ttl(alive_key(self_), "1", timeout_);
+  // Every store: a counter per node; one that stops moving for the timeout marks its node lost.
   store.add(keep_alive_key(self_), 1);
   for (const auto& p : peers) {
     if (p == self_) continue;
-    int64_t v = store.add(keep_alive_key(p), 0);
+    const int64_t v = store.add(keep_alive_key(p), 0);
     auto it = seen_.find(p);
     if (it == seen_.end() || it->second.value != v) {
-      seen_[p] = {v, now};
+      const bool lease_seen = it != seen_.end() && it->second.lease_seen;
+      it = seen_.insert_or_assign(p, Seen{v, now, lease_seen}).first;
+    } else if (now - it->second.since >= timeout_) {
+      lost.push_back(p);
       continue;
     }
-    if (now - it->second.since >= timeout_) lost.push_back(p);
+    if (leased) {
+      std::vector<std::string> k{alive_key(p)};
+      if (store.check(k)) {
+        it->second.lease_seen = true;
+      } else if (it->second.lease_seen) {
+        lost.push_back(p);  // its lease expired
+      }
+    }
   }
   return lost;
 }

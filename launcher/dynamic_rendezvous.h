@@ -72,15 +72,16 @@ class LivenessMonitor {
 
  private:
   struct Seen {
-    int64_t value;
-    std::chrono::steady_clock::time_point since;
+    int64_t value;                                // the peer's counter, last seen
+    std::chrono::steady_clock::time_point since;  // when it last moved
+    bool lease_seen = false;                      // its leased key existed once (etcd)
   };
   std::string self_;
   std::chrono::milliseconds timeout_;
   std::map<std::string, Seen> seen_;
 };
 
-// The keep-alive keys of a node: a counter, or (stores with expiring keys) a leased key.
+// The keep-alive keys of a node: a counter, and (stores with expiring keys) a leased key.
 std::string keep_alive_key(const std::string& node_id);
 std::string alive_key(const std::string& node_id);
 
