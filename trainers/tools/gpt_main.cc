@@ -4,6 +4,7 @@
 #include "cohort/train/gpt_trainer.h"
 #include "cohort/train/metrics.h"
 #include "cohort/train/worker.h"
+#include "common_options.h"
 
 namespace {
 
@@ -38,18 +39,9 @@ void define_options(CLI::App& app, Cli& c) {
   app.add_option("--sample", c.o.sample_bytes, "bytes to generate at the end");
   app.add_option("--prompt", c.o.prompt, "start of the generated text");
   app.add_option("--seed", c.o.seed, "seed of the weights and sampling")->capture_default_str();
-  app.add_option("--checkpoint-dir", c.o.checkpoint_dir,
-                 "write checkpoints here, resume from here");
-  app.add_option("--checkpoint-every", c.o.checkpoint_every, "steps between checkpoints");
-  app.add_option("--keep-checkpoints", c.o.keep_checkpoints, "complete checkpoints to keep");
-  app.add_flag("!--no-resume", c.o.resume, "ignore existing checkpoints");
-  app.add_option("--metrics", c.o.metrics_path, "metrics.jsonl path ('-': none)");
-  app.add_option("--log-every", c.o.log_every, "steps between log lines off a terminal");
+  add_common_options(app, c.o, c.w, c.summary);
   app.add_option("--max-val-loss", c.max_val_loss,
                  "exit with status 3 when the final validation loss is higher (checks, CI)");
-  app.add_option("--summary-json", c.summary, "write the final results to this file (rank 0)");
-  app.add_option("--device", c.w.device, "cpu, cuda or cuda:N")->capture_default_str();
-  app.add_option("--threads", c.w.threads, "CPU threads (default: OMP_NUM_THREADS, else all)");
 }
 
 int real_main(int argc, char** argv) {

@@ -1,0 +1,26 @@
+// Command-line options both trainers share: checkpoints, metrics, logging, the results file, the
+// device and threads. One definition, so that the two tools cannot drift apart.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "cohort/train/worker.h"
+
+namespace cohort::train {
+
+// `Options` is FmnistOptions or GptOptions: both carry the checkpoint and metrics fields.
+template <typename Options>
+void add_common_options(CLI::App& app, Options& o, WorkerOptions& w, std::string& summary_path) {
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoints here, resume from here");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints");
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "complete checkpoints to keep");
+  app.add_flag("!--no-resume", o.resume, "ignore existing checkpoints");
+  app.add_option("--metrics", o.metrics_path, "metrics.jsonl path ('-': none)");
+  app.add_option("--log-every", o.log_every, "steps between log lines off a terminal");
+  app.add_option("--summary-json", summary_path, "write the final results to this file (rank 0)");
+  app.add_option("--device", w.device, "cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--threads", w.threads, "CPU threads (default: OMP_NUM_THREADS, else all)");
+}
+
+}  // namespace cohort::train
