@@ -29,15 +29,6 @@ struct Position {
   int64_t batch_in_epoch = 0;  // batches of this epoch already done
 };
 
-std::string default_metrics_path(const FmnistOptions& o) {
-  if (o.metrics_path == "-") return "";
-  if (!o.metrics_path.empty()) return o.metrics_path;
-  if (!o.checkpoint_dir.empty()) {
-    return (std::filesystem::path(o.checkpoint_dir) / "metrics.jsonl").string();
-  }
-  return "metrics.jsonl";
-}
-
 class FmnistRun {
  public:
   FmnistRun(const FmnistOptions& o, Device& dev, Comm& comm)
@@ -229,7 +220,7 @@ FmnistResult FmnistRun::run() {
   if (rank_ == 0) {
     progress_.emplace(o_.out, true, o_.progress_bar && Progress::is_terminal(o_.out), "samples/s",
                       o_.log_every);
-    metrics_.emplace(default_metrics_path(o_), resumed.has_value());
+    metrics_.emplace(metrics_path(o_.metrics_path, o_.checkpoint_dir), resumed.has_value());
   }
   const int64_t per_rank = (train_.count + world_ - 1) / world_;
   const int64_t steps_per_epoch = (per_rank + o_.batch_size - 1) / o_.batch_size;

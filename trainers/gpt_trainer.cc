@@ -24,15 +24,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string metrics_path_for(const GptOptions& o) {
-  if (o.metrics_path == "-") return "";
-  if (!o.metrics_path.empty()) return o.metrics_path;
-  if (!o.checkpoint_dir.empty()) {
-    return (std::filesystem::path(o.checkpoint_dir) / "metrics.jsonl").string();
-  }
-  return "metrics.jsonl";
-}
-
 class GptRun {
  public:
   GptRun(const GptOptions& o, Device& dev, Comm& comm)
@@ -259,7 +250,7 @@ GptResult GptRun::run() {
   if (rank_ == 0) {
     progress_.emplace(o_.out, true, o_.progress_bar && Progress::is_terminal(o_.out), "tokens/s",
                       o_.log_every);
-    metrics_.emplace(metrics_path_for(o_), resumed);
+    metrics_.emplace(metrics_path(o_.metrics_path, o_.checkpoint_dir), resumed);
   }
   {
     char line[320];

@@ -35,4 +35,13 @@ void write_summary(const std::string& path, const nlohmann::json& summary) {
   w.write(summary);
 }
 
+std::string metrics_path(const std::string& metrics_option, const std::string& checkpoint_dir) {
+  if (metrics_option == "-") return "";
+  if (!metrics_option.empty()) return metrics_option;
+  if (!checkpoint_dir.empty()) {
+    return (std::filesystem::path(checkpoint_dir) / "metrics.jsonl").string();
+  }
+  return "metrics.jsonl";
+}
+
 }  // namespace cohort::train

@@ -32,6 +32,10 @@ class MetricsWriter {
   std::FILE* f_ = nullptr;
 };
 
+// Where a run writes its metrics: `--metrics` as given ("-": nowhere, returned as ""), else
+// metrics.jsonl in the checkpoint directory, else in the working directory.
+std::string metrics_path(const std::string& metrics_option, const std::string& checkpoint_dir);
+
 // Writes `summary` as one JSON line to `path` (replacing it); nothing when path is empty. For
 // scripts (scripts/bench/train_bench) that read a run's final results. Throws std::runtime_error
 // when the file cannot be written.
