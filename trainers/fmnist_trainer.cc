@@ -281,13 +281,13 @@ FmnistResult FmnistRun::run() {
              {"comm_ms", 1e3 * comm_s},
              {"time", std::chrono::duration<double>(Clock::now() - run_start).count()}});
       }
-      const bool requested = take_checkpoint_request();
-      if ((o_.checkpoint_every > 0 && pos.step % o_.checkpoint_every == 0) ||
-          (requested && !o_.checkpoint_dir.empty())) {
+      const CheckpointDue due =
+          checkpoint_due(pos.step, o_.checkpoint_every, !o_.checkpoint_dir.empty());
+      if (due != CheckpointDue::kNone) {
         Position at = pos;
         if (at.batch_in_epoch == steps_per_epoch) at = Position{pos.step, epoch + 1, 0};
         save(at);
-        if (requested && rank_ == 0) {
+        if (due == CheckpointDue::kRequested && rank_ == 0) {
           log("checkpoint at step " + std::to_string(pos.step) + ", as asked by SIGUSR1");
         }
       }

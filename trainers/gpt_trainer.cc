@@ -297,11 +297,11 @@ GptResult GptRun::run() {
                        {"comm_ms", 1e3 * comm_s},
                        {"time", std::chrono::duration<double>(Clock::now() - run_start).count()}});
     }
-    const bool requested = take_checkpoint_request();
-    if ((o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0) ||
-        (requested && !o_.checkpoint_dir.empty())) {
+    const CheckpointDue due =
+        checkpoint_due(step + 1, o_.checkpoint_every, !o_.checkpoint_dir.empty());
+    if (due != CheckpointDue::kNone) {
       save(step + 1);
-      if (requested && rank_ == 0) {
+      if (due == CheckpointDue::kRequested && rank_ == 0) {
         log("checkpoint at step " + std::to_string(step + 1) + ", as asked by SIGUSR1");
       }
     }

@@ -27,4 +27,10 @@ bool take_checkpoint_request() {
   return g_requested.exchange(false);
 }
 
+CheckpointDue checkpoint_due(int64_t step, int64_t every, bool have_checkpoint_dir) {
+  if (take_checkpoint_request() && have_checkpoint_dir) return CheckpointDue::kRequested;
+  if (every > 0 && step % every == 0) return CheckpointDue::kScheduled;
+  return CheckpointDue::kNone;
+}
+
 }  // namespace cohort::train
