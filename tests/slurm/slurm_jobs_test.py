@@ -99,7 +99,11 @@ srun --kill-on-bad-exit=1 {BIN}/cohortrun --slurm --nproc-per-node 2 --no-python
         state = subprocess.run(["scontrol", "show", "job", job], env=slurm_env(),
                                capture_output=True, text=True).stdout
         self.assertIn("JobState=FAILED", state)
-        self.assertRegex(state, r"ExitCode=1:0")
+        # The job's exit code is srun's: the highest of its tasks'. The failing node's cohortrun
+        # exits 1; the healthy node's exits 1 too when it sees the failure through the store
+        # first, or 143 when --kill-on-bad-exit's SIGTERM reaches it first (a race that a slow,
+        # sanitized build loses). Either is right; 0 or a crash is not.
+        self.assertRegex(state, r"ExitCode=(1|143):0\s")
 
     def test_preemption_notice_makes_the_trainer_checkpoint(self):
         ckpt = f"{self.dir}/ckpt"
