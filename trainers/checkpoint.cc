@@ -94,6 +94,13 @@ const std::vector<float>& Checkpoint::block(const std::string& name) const {
                            "'");
 }
 
+bool Checkpoint::has_block(const std::string& name) const {
+  for (const auto& entry : blocks) {
+    if (entry.first == name) return true;
+  }
+  return false;
+}
+
 std::string checkpoint_path(const std::string& dir, int64_t step) {
   return (fs::path(dir) / (step_name(step) + ".bin")).string();
 }

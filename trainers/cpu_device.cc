@@ -130,6 +130,9 @@ class CpuDevice final : public Device {
                   const AdamWParams& p, float grad_scale) override {
     train::adamw_step(params, m, v, grads, n, t, p, grad_scale);
   }
+  void ema_update(float* average, const float* x, size_t n, float decay) override {
+    train::ema_update(average, x, n, decay);
+  }
   double sum_squares(const float* x, size_t n) override { return train::sum_squares(x, n); }
 
  private:

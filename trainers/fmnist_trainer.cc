@@ -23,6 +23,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+struct Score {
+  double accuracy = 0;
+  double loss = 0;
+};
+
 struct Position {
   int64_t step = 0;
   int epoch = 0;
@@ -45,6 +50,9 @@ class FmnistRun {
   void load_data();
   std::optional<Position> resume();
   void save(const Position& pos);
+  bool averaging() const { return o_.ema_decay > 0; }
+  // Accuracy and mean loss of the model's current weights on the test set, over all ranks.
+  Score score_test_set();
   void evaluate(int64_t step, int epoch);
   // One optimiser step on the images at `indices` (bs of them): forward, backward, the fused
   // allreduce (its time in *comm_s) and SGD. Returns the loss averaged over ranks.
@@ -60,6 +68,8 @@ class FmnistRun {
   FmnistCnn model_;
   FmnistSplit train_, test_;
   DeviceBuffer<float> momentum_, x_;
+  // The weight average, and room to hold the weights while the average is evaluated.
+  DeviceBuffer<float> average_, held_;
   DeviceBuffer<int32_t> y_;
   std::vector<float> host_x_;
   std::vector<int32_t> host_y_;
@@ -82,7 +92,12 @@ std::optional<Position> FmnistRun::resume() {
     std::vector<std::string> skipped;
     ckpt = load_latest_checkpoint(o_.checkpoint_dir, &skipped);
     for (const auto& s : skipped) spdlog::warn("skipping checkpoint: {}", s);
-    meta_text = ckpt ? ckpt->meta.dump() : "";
+    if (ckpt) {
+      // What the other ranks must know of the file travels with its meta.
+      nlohmann::json meta = ckpt->meta;
+      meta["has_average"] = ckpt->has_block("average");
+      meta_text = meta.dump();
+    }
   }
   comm_.broadcast(meta_text);
   if (meta_text.empty()) return std::nullopt;
@@ -104,6 +119,19 @@ std::optional<Position> FmnistRun::resume() {
   }
   comm_.broadcast(model_.params(), n);
   comm_.broadcast(momentum_.get(), n);
+  if (averaging()) {
+    // A checkpoint written without averaging starts the average at its weights.
+    if (meta.value("has_average", false)) {
+      if (rank_ == 0) {
+        const auto& a = ckpt->block("average");
+        if (a.size() != n) throw std::runtime_error("checkpoint average size does not match");
+        dev_.upload(average_.get(), a.data(), n * sizeof(float));
+      }
+      comm_.broadcast(average_.get(), n);
+    } else {
+      dev_.copy(average_.get(), model_.params(), n * sizeof(float));
+    }
+  }
   Position pos;
   pos.step = meta.at("step").get<int64_t>();
   pos.epoch = meta.at("epoch").get<int>();
@@ -127,16 +155,22 @@ void FmnistRun::save(const Position& pos) {
             {"batch_size", o_.batch_size},
             {"seed", o_.seed},
             {"lr", o_.lr},
-            {"momentum", o_.momentum}};
+            {"momentum", o_.momentum},
+            {"ema_decay", o_.ema_decay}};
   const size_t n = model_.num_params();
   std::vector<float> p(n), m(n);
   dev_.download(p.data(), model_.params(), n * sizeof(float));
   dev_.download(m.data(), momentum_.get(), n * sizeof(float));
   c.blocks = {{"params", std::move(p)}, {"momentum", std::move(m)}};
+  if (averaging()) {
+    std::vector<float> a(n);
+    dev_.download(a.data(), average_.get(), n * sizeof(float));
+    c.blocks.emplace_back("average", std::move(a));
+  }
   write_checkpoint(o_.checkpoint_dir, c, o_.keep_checkpoints);
 }
 
-void FmnistRun::evaluate(int64_t step, int epoch) {
+Score FmnistRun::score_test_set() {
   // Each rank scores a disjoint shard (no padding), then (correct, count, loss) are summed.
   double stats[3] = {0, 0, 0};
   std::vector<size_t> idx;
@@ -158,19 +192,45 @@ void FmnistRun::evaluate(int64_t step, int epoch) {
     stats[2] += static_cast<double>(loss) * b;
   }
   comm_.allreduce_sum(stats, 3);
-  result_.test_accuracy = stats[1] > 0 ? stats[0] / stats[1] : 0;
-  result_.test_loss = stats[1] > 0 ? stats[2] / stats[1] : 0;
-  char line[160];
-  std::snprintf(line, sizeof line, "epoch %d step %lld: test accuracy %.2f%%  test loss %.4f",
-                epoch, static_cast<long long>(step), 100.0 * result_.test_accuracy,
-                result_.test_loss);
+  if (stats[1] == 0) return Score{};
+  return Score{stats[0] / stats[1], stats[2] / stats[1]};
+}
+
+void FmnistRun::evaluate(int64_t step, int epoch) {
+  const Score raw = score_test_set();
+  Score shown = raw;
+  if (averaging()) {
+    const size_t bytes = model_.num_params() * sizeof(float);
+    dev_.copy(held_.get(), model_.params(), bytes);
+    dev_.copy(model_.params(), average_.get(), bytes);
+    shown = score_test_set();
+    dev_.copy(model_.params(), held_.get(), bytes);
+  }
+  result_.test_accuracy = shown.accuracy;
+  result_.test_loss = shown.loss;
+  result_.raw_test_accuracy = raw.accuracy;
+  result_.raw_test_loss = raw.loss;
+  char line[200];
+  int len =
+      std::snprintf(line, sizeof line, "epoch %d step %lld: test accuracy %.2f%%  test loss %.4f",
+                    epoch, static_cast<long long>(step), 100.0 * shown.accuracy, shown.loss);
+  if (averaging()) {
+    std::snprintf(line + len, sizeof line - len,
+                  "  (weight average; the weights themselves: %.2f%%, loss %.4f)",
+                  100.0 * raw.accuracy, raw.loss);
+  }
   log(line);
   if (metrics_) {
-    metrics_->write({{"step", step},
-                     {"epoch", epoch},
-                     {"eval", true},
-                     {"test_accuracy", result_.test_accuracy},
-                     {"test_loss", result_.test_loss}});
+    nlohmann::json m = {{"step", step},
+                        {"epoch", epoch},
+                        {"eval", true},
+                        {"test_accuracy", shown.accuracy},
+                        {"test_loss", shown.loss}};
+    if (averaging()) {
+      m["raw_test_accuracy"] = raw.accuracy;
+      m["raw_test_loss"] = raw.loss;
+    }
+    metrics_->write(m);
   }
 }
 
@@ -198,6 +258,10 @@ FmnistResult FmnistRun::run() {
   if (o_.batch_size <= 0 || o_.epochs <= 0) {
     throw std::invalid_argument("batch size and epochs must be positive");
   }
+  if (!(o_.ema_decay >= 0 && o_.ema_decay < 1)) {
+    throw std::invalid_argument("--ema-decay must be in [0, 1) (0: no weight average), not " +
+                                std::to_string(o_.ema_decay));
+  }
   if (o_.lr_schedule != "constant" && o_.lr_schedule != "cosine") {
     throw std::invalid_argument("--lr-schedule must be constant or cosine, not " + o_.lr_schedule);
   }
@@ -210,6 +274,11 @@ FmnistResult FmnistRun::run() {
   host_x_.resize(static_cast<size_t>(o_.batch_size) * FmnistCnn::kPixels);
   host_y_.resize(o_.batch_size);
   model_.init(o_.seed);
+  if (averaging()) {
+    average_ = DeviceBuffer<float>(dev_, n);
+    held_ = DeviceBuffer<float>(dev_, n);
+    dev_.copy(average_.get(), model_.params(), n * sizeof(float));
+  }
 
   std::optional<Position> resumed = resume();
   Position pos = resumed.value_or(Position{});
@@ -260,6 +329,9 @@ FmnistResult FmnistRun::run() {
                            : o_.lr;
       double comm_s = 0;
       const double loss = train_batch(order.data() + start, bs, lr, &comm_s);
+      if (averaging()) {
+        dev_.ema_update(average_.get(), model_.params(), n, ema_decay_at(o_.ema_decay, pos.step));
+      }
       comm_seconds += comm_s;
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
       train_seconds += dt;
@@ -315,6 +387,7 @@ FmnistResult FmnistRun::run() {
   result_.comm_seconds = comm_seconds;
   result_.samples_per_s = train_seconds > 0 ? samples / train_seconds : 0;
   result_.params_crc = device_checksum(dev_, model_.params(), n);
+  if (averaging()) result_.average_crc = device_checksum(dev_, average_.get(), n);
   return result_;
 }
 

@@ -38,6 +38,17 @@ void adamw_step(float* params, float* m, float* v, const float* grads, size_t n,
 }
 
 COHORT_TRAIN_CLONES
+void ema_update(float* average, const float* x, size_t n, float decay) {
+  const float keep = decay, take = 1.0f - decay;
+  for (size_t i = 0; i < n; ++i) average[i] = keep * average[i] + take * x[i];
+}
+
+float ema_decay_at(float decay, int64_t step) {
+  const float warm = static_cast<float>(1 + step) / static_cast<float>(10 + step);
+  return decay < warm ? decay : warm;
+}
+
+COHORT_TRAIN_CLONES
 double sum_squares(const float* x, size_t n) {
   // Accumulated in double (vectorised lanes, then their sum): the result does not depend on the
   // compiler's choice of vector width beyond the last bits.

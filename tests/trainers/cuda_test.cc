@@ -246,6 +246,11 @@ TEST_F(CudaVsCpu, OptimisersAndNorm) {
   EXPECT_TRUE(expect_close(down(gv, n), v, 1e-7, 1e-5));
   const double ref = sum_squares(g.data(), n);
   EXPECT_NEAR(gpu_->sum_squares(gg, n), ref, 1e-5 * ref);
+  std::vector<float> avg = p;
+  ema_update(avg.data(), g.data(), n, 0.98f);
+  float* gavg = up(p);
+  gpu_->ema_update(gavg, gg, n, 0.98f);
+  EXPECT_TRUE(expect_close(down(gavg, n), avg, 1e-7, 1e-6));
 }
 
 TEST_F(CudaVsCpu, ModelsForwardBackward) {

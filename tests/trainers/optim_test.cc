@@ -33,6 +33,26 @@ TEST(Sgd, MatchesTorchMomentumFormulaOverSeveralSteps) {
   EXPECT_TRUE(expect_close(p, std::vector<float>(rp.begin(), rp.end()), 1e-6, 1e-5));
 }
 
+TEST(WeightAverage, FollowsTheFormulaAndWarmsUp) {
+  const size_t n = 29;
+  auto avg = random_vector(n, 3);
+  std::vector<double> ref(avg.begin(), avg.end());
+  for (int64_t step = 0; step < 4; ++step) {
+    const auto x = random_vector(n, 200 + step);
+    const float d = ema_decay_at(0.98f, step);
+    ema_update(avg.data(), x.data(), n, d);
+    for (size_t i = 0; i < n; ++i) ref[i] = d * ref[i] + (1.0 - d) * x[i];
+  }
+  EXPECT_TRUE(expect_close(avg, std::vector<float>(ref.begin(), ref.end()), 1e-6, 1e-5));
+  // The first update keeps a tenth of the start; the decay then rises to the target and stays.
+  EXPECT_FLOAT_EQ(ema_decay_at(0.98f, 0), 0.1f);
+  EXPECT_FLOAT_EQ(ema_decay_at(0.98f, 10), 11.0f / 20.0f);
+  EXPECT_FLOAT_EQ(ema_decay_at(0.98f, 440), 0.98f);
+  EXPECT_FLOAT_EQ(ema_decay_at(0.98f, 100000), 0.98f);
+  EXPECT_FLOAT_EQ(ema_decay_at(0.5f, 0), 0.1f);
+  EXPECT_FLOAT_EQ(ema_decay_at(0.5f, 20), 0.5f);
+}
+
 TEST(AdamW, MatchesTorchFormulaOverSeveralSteps) {
   const size_t n = 41;
   auto p = random_vector(n, 2);

@@ -69,10 +69,16 @@ TEST_F(Training, FmnistOneEpochWithTwoRanks) {
   EXPECT_EQ(r[0].steps, 469);  // 30,000 images per rank in batches of 64
   EXPECT_EQ(r[0].epochs_done, 1);
   EXPECT_EQ(r[0].params_crc, r[1].params_crc);
-  // The PyTorch twin with the same settings scores 86.5-88.8% over seeds 0-4 (cohort 86.8-87.6%).
-  EXPECT_GE(r[0].test_accuracy, 0.86);
-  std::printf("one epoch, 2 ranks: test accuracy %.2f%%, %.0f samples/s\n",
-              100 * r[0].test_accuracy, r[0].samples_per_s);
+  // Seeds 0-4 under cohortrun: the weight average 88.97-89.53% (mean 89.30%), the last weights
+  // 85.29-87.89%; PyTorch with the same recipe (one process, batch 128 = 2 x 64) 89.03-89.48%
+  // and 87.53-88.99%. Seed 0: 88.97% and 87.89%.
+  EXPECT_GE(r[0].test_accuracy, 0.885);
+  EXPECT_GE(r[0].raw_test_accuracy, 0.86);
+  EXPECT_GT(r[0].test_accuracy, r[0].raw_test_accuracy + 0.005) << "the average did not help";
+  std::printf(
+      "one epoch, 2 ranks: test accuracy %.2f%% (the weights themselves %.2f%%), %.0f "
+      "samples/s\n",
+      100 * r[0].test_accuracy, 100 * r[0].raw_test_accuracy, r[0].samples_per_s);
 }
 
 TEST_F(Training, FmnistResumeIsBitwiseIdenticalToAnUninterruptedRun) {
@@ -96,14 +102,19 @@ TEST_F(Training, FmnistResumeIsBitwiseIdenticalToAnUninterruptedRun) {
   EXPECT_EQ(second.start_step, 6);
   EXPECT_EQ(second.steps, 12);
   EXPECT_EQ(second.params_crc, straight.params_crc);
+  // The weight average resumes too (it is not recomputed from the resumed weights).
+  EXPECT_NE(straight.average_crc, 0u);
+  EXPECT_NE(straight.average_crc, straight.params_crc);
+  EXPECT_EQ(second.average_crc, straight.average_crc);
   EXPECT_EQ(second.test_accuracy, straight.test_accuracy);
+  EXPECT_EQ(second.raw_test_accuracy, straight.raw_test_accuracy);
   // The metrics file continues: steps 1..12 once each, evaluations at both epoch ends.
   std::map<int64_t, int> seen;
   int evals = 0;
   for (const auto& m : metrics(path("resumed/metrics.jsonl"))) {
     if (m.contains("eval")) {
       ++evals;
-      EXPECT_TRUE(m.contains("test_accuracy"));
+      EXPECT_TRUE(m.contains("test_accuracy") && m.contains("raw_test_accuracy"));
     } else {
       seen[m.at("step").get<int64_t>()]++;
       EXPECT_TRUE(m.contains("loss") && m.contains("lr") && m.contains("samples_per_s"));
@@ -112,6 +123,32 @@ TEST_F(Training, FmnistResumeIsBitwiseIdenticalToAnUninterruptedRun) {
   EXPECT_EQ(seen.size(), 12u);
   for (const auto& [step, count] : seen) EXPECT_EQ(count, 1) << "step " << step;
   EXPECT_EQ(evals, 3);  // end of epoch 1, the stop at step 6, end of epoch 2
+}
+
+TEST_F(Training, FmnistAverageStartsAtTheWeightsOfACheckpointWithoutOne) {
+  if (!have_fmnist()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  FmnistOptions o = fmnist_options();
+  o.train_limit = 512;
+  o.test_limit = 200;
+  o.max_steps = 3;
+  o.ema_decay = 0;
+  o.checkpoint_dir = path("ckpt");
+  const FmnistResult plain = train_fmnist(o, *dev_, single_);
+  EXPECT_EQ(plain.average_crc, 0u);
+  EXPECT_EQ(plain.test_accuracy, plain.raw_test_accuracy);
+  o.ema_decay = 0.98f;  // resumed after its last step: evaluated, not trained
+  const FmnistResult resumed = train_fmnist(o, *dev_, single_);
+  EXPECT_EQ(resumed.start_step, 3);
+  EXPECT_EQ(resumed.average_crc, plain.params_crc);
+  EXPECT_EQ(resumed.test_accuracy, plain.test_accuracy);
+}
+
+TEST_F(Training, FmnistRejectsADecayOutsideZeroToOne) {
+  FmnistOptions o = fmnist_options();
+  for (float bad : {1.0f, -0.1f, std::nanf("")}) {
+    o.ema_decay = bad;
+    EXPECT_THROW(train_fmnist(o, *dev_, single_), std::invalid_argument) << bad;
+  }
 }
 
 TEST_F(Training, FmnistResumesAtAnotherWorldSize) {

@@ -154,6 +154,9 @@ class CudaDevice final : public Device {
                   const AdamWParams& p, float grad_scale) override {
     cuda::adamw_step(params, m, v, grads, n, t, p, grad_scale, stream_);
   }
+  void ema_update(float* average, const float* x, size_t n, float decay) override {
+    cuda::ema_update(average, x, n, decay, stream_);
+  }
   double sum_squares(const float* x, size_t n) override {
     return cuda::sum_squares(x, n, norm_scratch_, stream_);
   }

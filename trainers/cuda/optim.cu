@@ -28,6 +28,11 @@ __global__ void adamw_kernel(float* params, float* m, float* v, const float* gra
   params[i] = params[i] * decay - step_size * mi / (sqrtf(vi) * inv_bc2_sqrt + eps);
 }
 
+__global__ void ema_kernel(float* average, const float* x, size_t n, float keep, float take) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) average[i] = keep * average[i] + take * x[i];
+}
+
 constexpr int kPartials = 1024;
 
 // kPartials blocks of 256 threads; block k sums x[k*256 + j + stride*...] and writes partial[k].
@@ -80,6 +85,12 @@ void adamw_step(float* params, float* m, float* v, const float* grads, size_t n,
       params, m, v, grads, n, static_cast<float>(p.lr / bc1),
       static_cast<float>(1.0 / std::sqrt(bc2)), 1.0f - p.lr * p.weight_decay, p.beta1, p.beta2,
       p.eps, grad_scale);
+  COHORT_CUDA_CHECK_LAUNCH();
+}
+
+void ema_update(float* average, const float* x, size_t n, float decay, cudaStream_t stream) {
+  if (n == 0) return;
+  ema_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(average, x, n, decay, 1.0f - decay);
   COHORT_CUDA_CHECK_LAUNCH();
 }
 

@@ -27,6 +27,9 @@ void define_options(CLI::App& app, Cli& c) {
   app.add_option("--lr-schedule", c.o.lr_schedule, "constant, or cosine (to 0 at the last step)")
       ->capture_default_str();
   app.add_option("--warmup-steps", c.o.warmup_steps, "linear warm-up steps of the cosine schedule");
+  app.add_option("--ema-decay", c.o.ema_decay,
+                 "evaluate a moving average of the weights with this decay (0: the weights)")
+      ->capture_default_str();
   app.add_option("--seed", c.o.seed, "seed of the weights and the data order")
       ->capture_default_str();
   app.add_option("--max-steps", c.o.max_steps, "stop after this many steps (0: all epochs)");
@@ -52,12 +55,18 @@ int real_main(int argc, char** argv) {
         "(%.1f%% of step time in the gradient allreduce)\n",
         100.0 * r.test_accuracy, r.test_loss, r.samples_per_s, static_cast<long long>(r.steps),
         r.train_seconds > 0 ? 100.0 * r.comm_seconds / r.train_seconds : 0.0);
+    if (c.o.ema_decay > 0) {
+      std::printf("       (of the weight average, decay %g; the weights themselves: %.2f%%)\n",
+                  c.o.ema_decay, 100.0 * r.raw_test_accuracy);
+    }
     write_summary(c.summary, {{"model", "fmnist"},
                               {"world_size", worker->world_size()},
                               {"steps", r.steps},
                               {"start_step", r.start_step},
                               {"test_accuracy", r.test_accuracy},
                               {"test_loss", r.test_loss},
+                              {"raw_test_accuracy", r.raw_test_accuracy},
+                              {"ema_decay", c.o.ema_decay},
                               {"train_loss", r.last_loss},
                               {"samples_per_s", r.samples_per_s},
                               {"train_seconds", r.train_seconds},

@@ -128,6 +128,9 @@ def main():
                 "pytorch_runs": [r[rate_key] for r in runs["pytorch"]],
                 qkey: {"cohort": qc, "pytorch": qt},
                 "seconds": time.time() - t0}
+            if model == "fmnist":  # both evaluate the weight average; this is the last weights'
+                results[key]["raw_test_accuracy"] = {
+                    impl: runs[impl][0].get("raw_test_accuracy") for impl in runs}
             rows.append((model, w, threads_for(w), unit, rate_c, rate_t, rate_c / rate_t, qkey, qc,
                          qt))
             print(f"  {key}: cohort {rate_c:,.0f} {unit}, pytorch {rate_t:,.0f} {unit}, "

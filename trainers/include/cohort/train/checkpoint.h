@@ -34,6 +34,7 @@ struct Checkpoint {
 
   // The block called `name`; throws std::runtime_error when missing.
   const std::vector<float>& block(const std::string& name) const;
+  bool has_block(const std::string& name) const;
 };
 
 // Writes `ckpt` as <dir>/ckpt_<step>.bin plus its marker (creating dir), then deletes all but the

@@ -88,6 +88,7 @@ class Device {
                         float momentum, float weight_decay, float grad_scale) = 0;
   virtual void adamw_step(float* params, float* m, float* v, const float* grads, size_t n,
                           int64_t t, const AdamWParams& p, float grad_scale) = 0;
+  virtual void ema_update(float* average, const float* x, size_t n, float decay) = 0;
   // Sum of squares of x (the result is on the host).
   virtual double sum_squares(const float* x, size_t n) = 0;
 };

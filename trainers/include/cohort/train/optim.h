@@ -29,6 +29,16 @@ struct AdamWParams {
 void adamw_step(float* params, float* m, float* v, const float* grads, size_t n, int64_t t,
                 const AdamWParams& p, float grad_scale = 1.0f);
 
+// An exponential moving average of the weights (Polyak averaging), for evaluation:
+//   average = decay * average + (1 - decay) * x.
+void ema_update(float* average, const float* x, size_t n, float decay);
+
+// The decay of update number `step` (0-based) for a target `decay`: min(decay, (1 + step) /
+// (10 + step)), TensorFlow's ExponentialMovingAverage num_updates rule (timm's ModelEmaV2 uses it
+// too). The first updates follow the weights closely, so that the average of a short run is not
+// dominated by the random initial weights.
+float ema_decay_at(float decay, int64_t step);
+
 // Sum of squares of x, accumulated in double.
 double sum_squares(const float* x, size_t n);
 
