@@ -12,6 +12,7 @@ Network scenarios need root (network namespaces); they are skipped, and say so, 
 import argparse
 import glob
 import os
+import random
 import re
 import shutil
 import signal
@@ -106,11 +107,25 @@ def summary_line(text, *patterns):
 
 
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A free port drawn below the kernel's ephemeral range, so that no port-0 server or outgoing
+    connection of a test running beside this suite takes it before we use it (see
+    tests/common/free_port.h)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            below = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        below = 32768
+    for _ in range(200 if below - 10000 >= 1000 else 0):
+        port = random.randrange(10000, below)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def port_open(port):

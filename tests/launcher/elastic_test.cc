@@ -166,7 +166,9 @@ TEST_F(ElasticTest, AnAgentHostsTheStoreWhenNoDaemonServesTheEndpoint) {
   auto a1 = std::make_unique<Subprocess>(agent("2", "hosted", {}));
   for (auto* p : {a0.get(), a1.get()}) {
     auto st = p->wait(60s);
-    ASSERT_TRUE(st);
+    ASSERT_TRUE(st) << "an agent still runs after 60 s:\n"
+                    << a0->read_all_stderr(1s) << "\n----\n"
+                    << a1->read_all_stderr(1s);
     EXPECT_EQ(WEXITSTATUS(*st), 0) << p->read_all_stderr(1s);
   }
   EXPECT_EQ(ranks_of(0).size(), 4u);
