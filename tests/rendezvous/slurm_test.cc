@@ -97,7 +97,7 @@ TEST(Counts, TooManyNodesIsRejectedBeforeAllocating) {
 
 TEST(Hostlist, ManyFullRangesInOneGroupAreRejectedBeforeAllocating) {
   std::string group;
-  for (int i = 0; i < 520; ++i) group += (i ? "," : "") + std::string("0-65535");
+  for (int i = 0; i < 520; ++i) group += i ? ",0-65535" : "0-65535";
   EXPECT_THROW(expand_hostlist("n[" + group + "]"), std::invalid_argument);
   EXPECT_EQ(expand_hostlist("n[1-3]", 3).size(), 3u);
   EXPECT_THROW(expand_hostlist("n[1-3,5]", 3), std::invalid_argument);
