@@ -5,8 +5,8 @@ Same model (conv 1->32 3x3 pad 1, ReLU, maxpool 2; conv 32->64; linear 3136->128
 128->10), same data (Debian's dataset-fashion-mnist IDX files, scaled to [0,1], normalised with
 mean 0.2860 std 0.3530), same optimiser (SGD lr 0.05 momentum 0.9), same per-rank batch, same
 DistributedSampler order (seed + epoch), the same weight average for evaluation (--ema-decay, with
-cohort's rule: decay min(d, (1 + step) / (10 + step))), DDP on gloo. Launch with torchrun (or cohortrun), or run
-alone for one worker. Prints one JSON line on rank 0.
+cohort's rule: decay min(d, (1 + step) / (10 + step))), DDP on gloo. Launch with torchrun (or
+cohortrun), or run alone for one worker. Prints one JSON line on rank 0.
 """
 import argparse
 import gzip
