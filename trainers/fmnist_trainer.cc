@@ -156,6 +156,7 @@ void FmnistRun::save(const Position& pos) {
             {"seed", o_.seed},
             {"lr", o_.lr},
             {"momentum", o_.momentum},
+            {"nesterov", o_.nesterov},
             {"ema_decay", o_.ema_decay}};
   const size_t n = model_.num_params();
   std::vector<float> p(n), m(n);
@@ -249,7 +250,8 @@ double FmnistRun::train_batch(const size_t* indices, int bs, float lr, double* c
   *comm_s = std::chrono::duration<double>(Clock::now() - tc).count();
   dev_.download(&loss, model_.grads() + n, sizeof(float));
   // The gradients are sums over ranks; the step applies their mean.
-  dev_.sgd_step(model_.params(), momentum_.get(), model_.grads(), n, lr, o_.momentum, 0.0f,
+  const SgdParams sgd{lr, o_.momentum, 0.0f, o_.nesterov};
+  dev_.sgd_step(model_.params(), momentum_.get(), model_.grads(), n, sgd,
                 1.0f / static_cast<float>(world_));
   return static_cast<double>(loss) / world_;
 }

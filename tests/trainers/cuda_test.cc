@@ -228,7 +228,10 @@ TEST_F(CudaVsCpu, OptimisersAndNorm) {
   const size_t n = 100003;
   auto p = random_vector(n, 22), g = random_vector(n, 23);
   std::vector<float> p1 = p, buf(n, 0.1f), p2 = p, m(n, 0.01f), v(n, 0.02f);
-  sgd_step(p1.data(), buf.data(), g.data(), n, 0.05f, 0.9f, 0.01f, 0.5f);
+  std::vector<float> p3 = p, buf3(n, 0.1f);
+  const SgdParams plain{0.05f, 0.9f, 0.01f, false}, nesterov{0.05f, 0.9f, 0.01f, true};
+  sgd_step(p1.data(), buf.data(), g.data(), n, plain, 0.5f);
+  sgd_step(p3.data(), buf3.data(), g.data(), n, nesterov, 0.5f);
   AdamWParams hp{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
   adamw_step(p2.data(), m.data(), v.data(), g.data(), n, 3, hp, 0.7f);
   float* gp1 = up(p);
@@ -237,10 +240,15 @@ TEST_F(CudaVsCpu, OptimisersAndNorm) {
   float* gm = up(std::vector<float>(n, 0.01f));
   float* gv = up(std::vector<float>(n, 0.02f));
   float* gg = up(g);
-  gpu_->sgd_step(gp1, gbuf, gg, n, 0.05f, 0.9f, 0.01f, 0.5f);
+  float* gp3 = up(p);
+  float* gbuf3 = up(std::vector<float>(n, 0.1f));
+  gpu_->sgd_step(gp1, gbuf, gg, n, plain, 0.5f);
+  gpu_->sgd_step(gp3, gbuf3, gg, n, nesterov, 0.5f);
   gpu_->adamw_step(gp2, gm, gv, gg, n, 3, hp, 0.7f);
   EXPECT_TRUE(expect_close(down(gp1, n), p1, 1e-6, 1e-5));
   EXPECT_TRUE(expect_close(down(gbuf, n), buf, 1e-6, 1e-5));
+  EXPECT_TRUE(expect_close(down(gp3, n), p3, 1e-6, 1e-5));
+  EXPECT_TRUE(expect_close(down(gbuf3, n), buf3, 1e-6, 1e-5));
   EXPECT_TRUE(expect_close(down(gp2, n), p2, 1e-6, 1e-5));
   EXPECT_TRUE(expect_close(down(gm, n), m, 1e-7, 1e-5));
   EXPECT_TRUE(expect_close(down(gv, n), v, 1e-7, 1e-5));

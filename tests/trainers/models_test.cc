@@ -222,7 +222,7 @@ TEST_F(TorchTest, FmnistCnnMatchesPyTorch) {
     model.zero_grad();
     const float loss = model.forward(batches[k].x.data(), batches[k].y.data(), B);
     model.backward();
-    sgd_step(model.params(), buf.data(), model.grads(), model.num_params(), 0.05f, 0.9f);
+    sgd_step(model.params(), buf.data(), model.grads(), model.num_params(), SgdParams{0.05f, 0.9f});
     EXPECT_NEAR(loss, ref["losses"].f[k], 1e-4 * std::fabs(ref["losses"].f[k])) << "step " << k;
   }
   const auto p = host_copy(*dev, model.params(), model.num_params());

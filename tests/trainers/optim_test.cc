@@ -16,21 +16,38 @@ namespace {
 using testing::expect_close;
 using testing::random_vector;
 
-TEST(Sgd, MatchesTorchMomentumFormulaOverSeveralSteps) {
-  const size_t n = 37;
-  auto p = random_vector(n, 1), buf = std::vector<float>(n, 0.0f);
-  std::vector<double> rp(p.begin(), p.end()), rbuf(n, 0.0);
-  const float lr = 0.05f, mom = 0.9f, wd = 0.01f, scale = 0.5f;
-  for (int step = 0; step < 5; ++step) {
-    auto g = random_vector(n, 100 + step);
-    sgd_step(p.data(), buf.data(), g.data(), n, lr, mom, wd, scale);
+// torch.optim.SGD's update (1.13, dampening 0), in double, for `steps` steps.
+std::vector<float> torch_sgd(std::vector<float> p0, const SgdParams& hp, float scale, int steps) {
+  const size_t n = p0.size();
+  std::vector<double> rp(p0.begin(), p0.end()), rbuf(n, 0.0);
+  for (int step = 0; step < steps; ++step) {
+    const auto g = random_vector(n, 100 + step);
     for (size_t i = 0; i < n; ++i) {
-      const double d = scale * double(g[i]) + wd * rp[i];
-      rbuf[i] = step == 0 ? d : mom * rbuf[i] + d;  // torch: buf = clone(d) on the first step
-      rp[i] -= lr * rbuf[i];
+      const double d = scale * double(g[i]) + hp.weight_decay * rp[i];
+      rbuf[i] = step == 0 ? d : hp.momentum * rbuf[i] + d;  // torch: buf = clone(d) at first
+      rp[i] -= hp.lr * (hp.nesterov ? d + hp.momentum * rbuf[i] : rbuf[i]);
     }
   }
-  EXPECT_TRUE(expect_close(p, std::vector<float>(rp.begin(), rp.end()), 1e-6, 1e-5));
+  return std::vector<float>(rp.begin(), rp.end());
+}
+
+TEST(Sgd, MatchesTorchFormulaOverSeveralSteps) {
+  const size_t n = 37;
+  const float scale = 0.5f;
+  for (const bool nesterov : {false, true}) {
+    const SgdParams hp{0.05f, 0.9f, 0.01f, nesterov};
+    auto p = random_vector(n, 1), buf = std::vector<float>(n, 0.0f);
+    const auto expected = torch_sgd(p, hp, scale, 5);
+    for (int step = 0; step < 5; ++step) {
+      const auto g = random_vector(n, 100 + step);
+      sgd_step(p.data(), buf.data(), g.data(), n, hp, scale);
+    }
+    EXPECT_TRUE(expect_close(p, expected, 1e-6, 1e-5)) << "nesterov " << nesterov;
+  }
+  // The two rules differ, so the check above tells them apart.
+  const auto p = random_vector(n, 1);
+  EXPECT_FALSE(expect_close(torch_sgd(p, {0.05f, 0.9f, 0.01f, false}, scale, 5),
+                            torch_sgd(p, {0.05f, 0.9f, 0.01f, true}, scale, 5), 1e-6, 1e-5));
 }
 
 TEST(WeightAverage, FollowsTheFormulaAndWarmsUp) {

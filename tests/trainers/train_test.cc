@@ -69,11 +69,11 @@ TEST_F(Training, FmnistOneEpochWithTwoRanks) {
   EXPECT_EQ(r[0].steps, 469);  // 30,000 images per rank in batches of 64
   EXPECT_EQ(r[0].epochs_done, 1);
   EXPECT_EQ(r[0].params_crc, r[1].params_crc);
-  // Seeds 0-4 under cohortrun: the weight average 88.97-89.53% (mean 89.30%), the last weights
-  // 85.29-87.89%; PyTorch with the same recipe (one process, batch 128 = 2 x 64) 89.03-89.48%
-  // and 87.53-88.99%. Seed 0: 88.97% and 87.89%.
-  EXPECT_GE(r[0].test_accuracy, 0.885);
-  EXPECT_GE(r[0].raw_test_accuracy, 0.86);
+  // Issue 5's target is 89%. Seeds 0-4 under cohortrun: the weight average 89.33-89.87% (mean
+  // 89.59%), the last weights 86.94-89.09%; seed 0 (this test): 89.33% and 88.36%. Plain momentum
+  // (--no-nesterov) gave 88.97-89.53%, seed 0 below the target.
+  EXPECT_GE(r[0].test_accuracy, 0.89);
+  EXPECT_GE(r[0].raw_test_accuracy, 0.87);
   EXPECT_GT(r[0].test_accuracy, r[0].raw_test_accuracy + 0.005) << "the average did not help";
   std::printf(
       "one epoch, 2 ranks: test accuracy %.2f%% (the weights themselves %.2f%%), %.0f "

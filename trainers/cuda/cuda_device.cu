@@ -146,9 +146,9 @@ class CudaDevice final : public Device {
   void residual_forward(float* out, const float* a, const float* b, size_t n) override {
     cuda::residual_forward(out, a, b, n, stream_);
   }
-  void sgd_step(float* params, float* buf, const float* grads, size_t n, float lr, float momentum,
-                float weight_decay, float grad_scale) override {
-    cuda::sgd_step(params, buf, grads, n, lr, momentum, weight_decay, grad_scale, stream_);
+  void sgd_step(float* params, float* buf, const float* grads, size_t n, const SgdParams& p,
+                float grad_scale) override {
+    cuda::sgd_step(params, buf, grads, n, p, grad_scale, stream_);
   }
   void adamw_step(float* params, float* m, float* v, const float* grads, size_t n, int64_t t,
                   const AdamWParams& p, float grad_scale) override {

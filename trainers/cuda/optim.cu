@@ -6,13 +6,13 @@ namespace cohort::train::cuda {
 namespace {
 
 __global__ void sgd_kernel(float* params, float* buf, const float* grads, size_t n, float lr,
-                           float momentum, float weight_decay, float grad_scale) {
+                           float momentum, float weight_decay, bool nesterov, float grad_scale) {
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const float g = grad_scale * grads[i] + weight_decay * params[i];
   const float b = momentum * buf[i] + g;
   buf[i] = b;
-  params[i] -= lr * b;
+  params[i] -= lr * (nesterov ? g + momentum * b : b);
 }
 
 __global__ void adamw_kernel(float* params, float* m, float* v, const float* grads, size_t n,
@@ -67,11 +67,11 @@ __global__ void sum_partials_kernel(double* out, const double* partial) {
 
 }  // namespace
 
-void sgd_step(float* params, float* buf, const float* grads, size_t n, float lr, float momentum,
-              float weight_decay, float grad_scale, cudaStream_t stream) {
+void sgd_step(float* params, float* buf, const float* grads, size_t n, const SgdParams& p,
+              float grad_scale, cudaStream_t stream) {
   if (n == 0) return;
-  sgd_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(params, buf, grads, n, lr, momentum,
-                                                   weight_decay, grad_scale);
+  sgd_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(params, buf, grads, n, p.lr, p.momentum,
+                                                   p.weight_decay, p.nesterov, grad_scale);
   COHORT_CUDA_CHECK_LAUNCH();
 }
 

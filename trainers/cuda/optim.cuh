@@ -9,8 +9,8 @@
 
 namespace cohort::train::cuda {
 
-void sgd_step(float* params, float* buf, const float* grads, size_t n, float lr, float momentum,
-              float weight_decay, float grad_scale, cudaStream_t stream);
+void sgd_step(float* params, float* buf, const float* grads, size_t n, const SgdParams& p,
+              float grad_scale, cudaStream_t stream);
 void adamw_step(float* params, float* m, float* v, const float* grads, size_t n, int64_t t,
                 const AdamWParams& p, float grad_scale, cudaStream_t stream);
 void ema_update(float* average, const float* x, size_t n, float decay, cudaStream_t stream);

@@ -24,6 +24,8 @@ void define_options(CLI::App& app, Cli& c) {
   app.add_option("--batch-size", c.o.batch_size, "images per rank per step")->capture_default_str();
   app.add_option("--lr", c.o.lr, "SGD learning rate")->capture_default_str();
   app.add_option("--momentum", c.o.momentum, "SGD momentum")->capture_default_str();
+  app.add_flag("--nesterov,!--no-nesterov", c.o.nesterov,
+               "Nesterov momentum (default on; --no-nesterov for plain momentum)");
   app.add_option("--lr-schedule", c.o.lr_schedule, "constant, or cosine (to 0 at the last step)")
       ->capture_default_str();
   app.add_option("--warmup-steps", c.o.warmup_steps, "linear warm-up steps of the cosine schedule");

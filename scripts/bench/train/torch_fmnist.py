@@ -3,9 +3,9 @@
 
 Same model (conv 1->32 3x3 pad 1, ReLU, maxpool 2; conv 32->64; linear 3136->128, ReLU; linear
 128->10), same data (Debian's dataset-fashion-mnist IDX files, scaled to [0,1], normalised with
-mean 0.2860 std 0.3530), same optimiser (SGD lr 0.05 momentum 0.9), same per-rank batch, same
-DistributedSampler order (seed + epoch), the same weight average for evaluation (--ema-decay, with
-cohort's rule: decay min(d, (1 + step) / (10 + step))), DDP on gloo. Launch with torchrun (or
+mean 0.2860 std 0.3530), same optimiser (SGD lr 0.05 momentum 0.9, Nesterov), same per-rank
+batch, same DistributedSampler order (seed + epoch), the same weight average for evaluation
+(--ema-decay, with cohort's rule: decay min(d, (1 + step) / (10 + step))), DDP on gloo. Launch with torchrun (or
 cohortrun), or run alone for one worker. Prints one JSON line on rank 0.
 """
 import argparse
@@ -65,6 +65,8 @@ def main():
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--nesterov", action=argparse.BooleanOptionalAction, default=True,
+                   help="Nesterov momentum, as cohort-train-fmnist's default")
     p.add_argument("--lr-schedule", choices=["constant", "cosine"], default="constant")
     p.add_argument("--warmup-steps", type=int, default=0)
     p.add_argument("--ema-decay", type=float, default=0.98,
@@ -86,7 +88,8 @@ def main():
     model = Net()
     if distributed:
         model = DDP(model)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                          nesterov=args.nesterov)
     params = list(model.parameters())
     average = [q.detach().clone() for q in params] if args.ema_decay > 0 else None
     x_train, y_train = load(args.data, "train")

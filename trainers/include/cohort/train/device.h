@@ -84,8 +84,8 @@ class Device {
   virtual size_t attention_scratch_floats(int B, int T, int NH) const = 0;
 
   // ---- optimiser: see optim.h ----
-  virtual void sgd_step(float* params, float* buf, const float* grads, size_t n, float lr,
-                        float momentum, float weight_decay, float grad_scale) = 0;
+  virtual void sgd_step(float* params, float* buf, const float* grads, size_t n, const SgdParams& p,
+                        float grad_scale) = 0;
   virtual void adamw_step(float* params, float* m, float* v, const float* grads, size_t n,
                           int64_t t, const AdamWParams& p, float grad_scale) = 0;
   virtual void ema_update(float* average, const float* x, size_t n, float decay) = 0;

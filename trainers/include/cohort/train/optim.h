@@ -8,11 +8,19 @@
 
 namespace cohort::train {
 
-// SGD with momentum, dampening 0, no Nesterov:
-//   g = grad_scale * grads + weight_decay * params;  buf = momentum * buf + g;  params -= lr * buf.
+struct SgdParams {
+  float lr = 0.05f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+};
+
+// SGD with momentum, dampening 0 (torch.optim.SGD):
+//   g = grad_scale * grads + weight_decay * params;  buf = momentum * buf + g;
+//   params -= lr * buf,  or with Nesterov  params -= lr * (g + momentum * buf).
 // `buf` starts at zero, which equals PyTorch's first-step buf = g.
-void sgd_step(float* params, float* buf, const float* grads, size_t n, float lr, float momentum,
-              float weight_decay = 0.0f, float grad_scale = 1.0f);
+void sgd_step(float* params, float* buf, const float* grads, size_t n, const SgdParams& p,
+              float grad_scale = 1.0f);
 
 struct AdamWParams {
   float lr = 3e-4f;
