@@ -86,9 +86,10 @@ if [ -z "$GPT_TEXT" ]; then
   done
 fi
 if [ -d "$FMNIST_DIR" ]; then
-  # One epoch at batch 64 on one GPU: the same target as the CPU run of two workers.
+  # One epoch at batch 64 on one GPU, held to issue 5's 89% (the same run on the CPU, one
+  # worker: 89.94%).
   run_check trainers_fmnist_cuda_1epoch 240 "$BUILD/bin/cohort-train-fmnist" --device cuda \
-    --data "$FMNIST_DIR" --metrics - --min-test-accuracy 0.85
+    --data "$FMNIST_DIR" --metrics - --min-test-accuracy 0.89
 else
   echo "---- check trainers_fmnist_cuda_1epoch: no $FMNIST_DIR (apt-get install dataset-fashion-mnist)" >>"$LOG"
   ALL_OK=false
