@@ -261,8 +261,10 @@ FmnistResult FmnistRun::run() {
     throw std::invalid_argument("batch size and epochs must be positive");
   }
   if (!(o_.ema_decay >= 0 && o_.ema_decay < 1)) {
+    char given[32];
+    std::snprintf(given, sizeof given, "%g", o_.ema_decay);
     throw std::invalid_argument("--ema-decay must be in [0, 1) (0: no weight average), not " +
-                                std::to_string(o_.ema_decay));
+                                std::string(given));
   }
   if (o_.lr_schedule != "constant" && o_.lr_schedule != "cosine") {
     throw std::invalid_argument("--lr-schedule must be constant or cosine, not " + o_.lr_schedule);

@@ -78,11 +78,12 @@ std::string describe_current_exception() {
       where = std::string(" (could not write the error file: ") + e.what() + ")";
     }
   }
+  // A worker names its rank; a program started by hand (no RANK) just says what went wrong.
   const char* rank = std::getenv("RANK");
+  const std::string who = rank != nullptr ? std::string("rank ") + rank + ": " : "";
   std::fflush(stdout);
   std::cout.flush();
-  std::fprintf(stderr, "[cohort] rank %s: uncaught %s%s\n", rank != nullptr ? rank : "?",
-               message.c_str(), where.c_str());
+  std::fprintf(stderr, "[cohort] %suncaught %s%s\n", who.c_str(), message.c_str(), where.c_str());
   std::fflush(stderr);
   // _exit, not exit: other threads may still run, and static destructors would race with them.
   ::_exit(1);
