@@ -150,7 +150,10 @@ bool ProtocolHandler::process() {
       notifications_aside_ = nullptr;
       if (keep) state_.remember_reply(tag_client, tag_request, out_.substr(reply_start));
       state_.end_batch();
-      out_.append(notifications);
+      // The watch notifications this write caused go where an untagged write puts them, before
+      // its reply (the write happens, then it is answered); they were set aside only so that the
+      // remembered reply is the reply alone.
+      out_.insert(reply_start, notifications);
       if (!keep) return false;
       continue;
     }

@@ -121,6 +121,38 @@ TEST(StoreServer, WatchKeyNotifies113Watchers) {
             "6e6577");
 }
 
+// A connection that watches a key and writes it: the notification first, then the write's reply,
+// whether the write is tagged (cohortd's retry-safe form) or not (a fuzzer found the tagged one
+// answered first).
+TEST(StoreServer, AWatcherThatWritesItsKeyIsNotifiedBeforeTheReply) {
+  StoreServerThread server(local());
+  RawClient c(server.port());
+  c.send(unhex("07 0200000000000000 2f77"));  // WATCH_KEY /w
+  EXPECT_EQ(hex(*c.read(1)), "03");
+  const std::string del = "08 0200000000000000 2f77";  // DELETE_KEY /w
+  for (const std::string& tag :
+       {std::string(), std::string("40 0700000000000000 0100000000000000")}) {
+    c.send(unhex("00 0200000000000000 2f77 0100000000000000 78"));  // SET /w x
+    EXPECT_EQ(hex(*c.read(1 + 8 + 2 + 8 + 8 + 1)),
+              "01"
+              "0200000000000000"
+              "2f77"
+              "0000000000000000"
+              "0100000000000000"
+              "78");
+    c.send(unhex(tag + del));
+    EXPECT_EQ(hex(*c.read(1 + 8 + 2 + 8 + 1 + 8 + 8)),
+              "02"
+              "0200000000000000"
+              "2f77"
+              "0100000000000000"
+              "78"
+              "0000000000000000"
+              "0100000000000000")
+        << (tag.empty() ? "untagged" : "tagged");
+  }
+}
+
 TEST(StoreServer, NewerDialectExactlyAsA2xClientSendsIt) {
   StoreServerThread server(local());
   RawClient c(server.port());
