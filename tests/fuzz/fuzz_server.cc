@@ -187,8 +187,11 @@ class Harness final : public StoreListener {
     Conn* c = find(id);
     COHORT_FUZZ_CHECK(c != nullptr, "watch event for session %llu, which is closed",
                       static_cast<unsigned long long>(id));
-    c->notes.push_back(
-        {c->stream_base + c->stream.size() + c->h->output().size(), std::string(msg)});
+    // Where the handler's output ends now; but a tagged write sets its notifications aside and
+    // puts them in, in order, before its reply: each follows the one delivered before it.
+    size_t at = c->stream_base + c->stream.size() + c->h->output().size();
+    if (!c->notes.empty()) at = std::max(at, c->notes.back().offset + c->notes.back().bytes.size());
+    c->notes.push_back({at, std::string(msg)});
     c->h->deliver(msg);
   }
 
