@@ -10,21 +10,12 @@ COHORT_TRAIN_CLONES
 void sgd_step(float* params, float* buf, const float* grads, size_t n, const SgdParams& p,
               float grad_scale) {
   const float lr = p.lr, momentum = p.momentum, weight_decay = p.weight_decay;
-  // Two loops rather than a branch per element, so that each vectorises.
-  if (p.nesterov) {
-    for (size_t i = 0; i < n; ++i) {
-      const float g = grad_scale * grads[i] + weight_decay * params[i];
-      const float b = momentum * buf[i] + g;
-      buf[i] = b;
-      params[i] -= lr * (g + momentum * b);
-    }
-    return;
-  }
+  const bool nesterov = p.nesterov;
   for (size_t i = 0; i < n; ++i) {
     const float g = grad_scale * grads[i] + weight_decay * params[i];
     const float b = momentum * buf[i] + g;
     buf[i] = b;
-    params[i] -= lr * b;
+    params[i] -= lr * (nesterov ? g + momentum * b : b);
   }
 }
 
