@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cohort/train/cuda_error.h"
+#include "cohort/error.h"
 
 #ifdef COHORT_TRAIN_HAVE_RUNTIME
 #include "cohort/context.h"
