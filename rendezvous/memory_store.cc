@@ -4,7 +4,19 @@
 
 namespace cohort {
 
-MemoryStore::MemoryStore(std::chrono::milliseconds timeout) : timeout_(timeout) {}
+MemoryStore::MemoryStore(std::chrono::milliseconds timeout, Clock& clock)
+    : clock_(clock), timeout_(timeout) {
+  if (!clock_.is_real()) {
+    waker_ = clock_.add_waker([this] {
+      std::lock_guard lock(mu_);  // so that a waiter between its check and its wait sees it
+      changed_.notify_all();
+    });
+  }
+}
+
+MemoryStore::~MemoryStore() {
+  if (waker_ != 0) clock_.remove_waker(waker_);
+}
 
 void MemoryStore::set(std::string_view key, std::string_view value) {
   {
@@ -81,7 +93,16 @@ void MemoryStore::wait_locked(std::unique_lock<std::mutex>& lock, std::span<cons
       if (!data_.contains(k)) return false;
     return true;
   };
-  if (!changed_.wait_for(lock, timeout, all_present)) {
+  bool present;
+  if (clock_.is_real()) {
+    present = changed_.wait_for(lock, timeout, all_present);
+  } else {
+    // Time moves only when the clock advances, which wakes this wait.
+    const auto deadline = clock_.now() + timeout;
+    changed_.wait(lock, [&] { return all_present() || clock_.now() >= deadline; });
+    present = all_present();
+  }
+  if (!present) {
     std::string missing;
     for (const auto& k : keys)
       if (!data_.contains(k)) missing += (missing.empty() ? "" : ", ") + k;

@@ -1,18 +1,28 @@
 // cohort::MemoryStore: an in-process store with the semantics of the TCP store, for tests and for
 // threads of one process. Safe for concurrent use.
+//
+// Deadlines (get, wait, multi_get) are measured on the clock given at construction: with a
+// ManualClock (cohort/base/clock.h) a wait times out when a test advances the clock past its
+// deadline, not after real time.
 #pragma once
 
 #include <condition_variable>
 #include <map>
 #include <mutex>
 
+#include "cohort/base/clock.h"
 #include "cohort/rdzv/store.h"
 
 namespace cohort {
 
 class MemoryStore final : public Store {
  public:
-  explicit MemoryStore(std::chrono::milliseconds timeout = std::chrono::seconds(300));
+  // `clock` must outlive the store.
+  explicit MemoryStore(std::chrono::milliseconds timeout = std::chrono::seconds(300),
+                       Clock& clock = Clock::steady());
+  ~MemoryStore() override;
+  MemoryStore(const MemoryStore&) = delete;
+  MemoryStore& operator=(const MemoryStore&) = delete;
 
   void set(std::string_view key, std::string_view value) override;
   std::string get(std::string_view key) override;
@@ -36,6 +46,8 @@ class MemoryStore final : public Store {
   void wait_locked(std::unique_lock<std::mutex>& lock, std::span<const std::string> keys,
                    std::chrono::milliseconds timeout);
 
+  Clock& clock_;
+  int waker_ = 0;  // clock_'s waker id (manual clocks)
   mutable std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::string, std::less<>> data_;  // guarded by mu_
