@@ -71,6 +71,12 @@ WorkerGroup::WorkerGroup(asio::io_context& io, LoopClock& clock, ProcessSpawner&
 WorkerGroup::~WorkerGroup() {
   alive_.reset();  // from here on no handler or posted event of this group does anything
   for (auto& w : workers_) {
+    if (w->running) {
+      // Cannot happen when the agent stops its workers first; a safety net, not a stop path.
+      spawner_.kill_group(w->pid, SIGKILL);
+      spawner_.reap(w->pid);
+      if (events_.reaped) events_.reaped(w->pid);
+    }
     if (w->out_pump) w->out_pump->stop();
     if (w->err_pump) w->err_pump->stop();
     w->hang_timer->cancel();
@@ -78,12 +84,6 @@ WorkerGroup::~WorkerGroup() {
     std::error_code ignored;
     w->heartbeat.close(ignored);
     w->pidfd.close(ignored);
-    if (w->running) {
-      // Cannot happen when the agent stops its workers first; a safety net, not a stop path.
-      spawner_.kill_group(w->pid, SIGKILL);
-      spawner_.reap(w->pid);
-      if (events_.reaped) events_.reaped(w->pid);
-    }
   }
 }
 

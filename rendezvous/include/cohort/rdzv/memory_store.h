@@ -6,8 +6,10 @@
 // deadline, not after real time.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "cohort/base/clock.h"
@@ -40,11 +42,21 @@ class MemoryStore final : public Store {
   std::chrono::milliseconds timeout() const override;
   void set_timeout(std::chrono::milliseconds timeout) override;
   std::string describe() const override { return "memory"; }
+  // Makes every blocked wait fail with StoreError at once; later calls work again.
+  void interrupt() override;
+
+  // A view of this store with an interrupt() of its own, as a TCP connection to a shared server
+  // has: interrupting it fails only the waits made through it. While `abandon` (when given) is
+  // true, its waits fail at once, as a TcpStore's connects stop (TcpStoreOptions::abandon). The
+  // store, and `abandon`, must outlive it.
+  std::unique_ptr<Store> connect(const std::atomic<bool>* abandon = nullptr);
 
  private:
-  // REQUIRES: lock held on mu_.
+  class Connection;
+  // REQUIRES: lock held on mu_. `own`: a connection's interrupt count (also guarded by mu_).
   void wait_locked(std::unique_lock<std::mutex>& lock, std::span<const std::string> keys,
-                   std::chrono::milliseconds timeout);
+                   std::chrono::milliseconds timeout, const uint64_t* own = nullptr,
+                   const std::atomic<bool>* abandon = nullptr);
 
   Clock& clock_;
   int waker_ = 0;  // clock_'s waker id (manual clocks)
@@ -52,6 +64,7 @@ class MemoryStore final : public Store {
   std::condition_variable changed_;
   std::map<std::string, std::string, std::less<>> data_;  // guarded by mu_
   std::chrono::milliseconds timeout_;                     // guarded by mu_
+  uint64_t interrupts_ = 0;                               // guarded by mu_
 };
 
 }  // namespace cohort
