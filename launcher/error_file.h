@@ -1,5 +1,5 @@
 // torchrun's error files: reading what a worker wrote to $TORCHELASTIC_ERROR_FILE, and writing
-// the launcher's own copy for whoever launched cohortrun (research/torch_protocol.md §3.5).
+// the launcher's own copy for whoever launched cohortrun (docs/TORCHRUN.md §3.5).
 #pragma once
 
 #include <optional>

@@ -1,4 +1,4 @@
-// The failure summary, in torchrun's layout (research/torch_protocol.md §3.5):
+// The failure summary, in torchrun's layout (docs/TORCHRUN.md §3.5):
 //
 //   ============================================================
 //   train.py FAILED

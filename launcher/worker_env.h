@@ -1,5 +1,5 @@
 // The environment each worker gets: torchrun's variables, exactly (names and value formats,
-// research/torch_protocol.md §3.2), on top of cohortrun's own environment; extras are COHORT_*.
+// docs/TORCHRUN.md §3.2), on top of cohortrun's own environment; extras are COHORT_*.
 #pragma once
 
 #include <map>

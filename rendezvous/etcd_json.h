@@ -1,6 +1,6 @@
 // The etcd v3 JSON gateway's messages: building requests and reading responses, without I/O.
 // etcd writes int64 fields as JSON strings and omits zero, false and empty fields (proto3 JSON);
-// keys and values are standard base64 (shared/infra/REPORT.md §2). Every parser throws
+// keys and values are standard base64 (docs/ETCD.md). Every parser throws
 // std::runtime_error on malformed input and never crashes on hostile input (fuzzed).
 #pragma once
 

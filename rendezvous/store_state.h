@@ -2,7 +2,7 @@
 //
 // Pure logic: no sockets, no clock. Sessions are named by SessionId; when a write satisfies a
 // parked WAIT or changes a watched key, the state tells its StoreListener, which owns delivery.
-// Semantics are PyTorch's TCPStore's (research/torch_protocol.md §1.3), quirks included.
+// Semantics are PyTorch's TCPStore's (docs/PROTOCOL.md §1.3), quirks included.
 //
 // Thread safety: none; the server touches it from its one event-loop thread only.
 #pragma once

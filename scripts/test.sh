@@ -7,7 +7,9 @@
 #                                   asan     ASan + UBSan, the whole suite                build-asan/
 #                                   tsan     TSan, the store, launcher and runtime tests  build-tsan/
 #   scripts/test.sh --quick       the release stage only
-#   scripts/test.sh -L store      the release stage only, with these ctest arguments
+#   scripts/test.sh -L store      the release stage only, with these ctest arguments; -L LABEL
+#                                 (or A|B) builds only what those labels' tests need
+#   scripts/test.sh -L unit       every test that starts no process (under a minute once built)
 #
 # Every stage runs even when an earlier one failed; a summary with each stage's time ends the
 # output. Exit status: 0 when every stage passed, else 1 (2: a bad argument).
@@ -33,11 +35,36 @@ done
 
 scripts/setup.sh --check >/dev/null 2>&1 || scripts/setup.sh
 
+# The build targets for ctest's arguments: cohort_label_<l> for each l of a plain -L A|B, else
+# everything.
+targets_for() {
+  local labels=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      -L | --label-regex) labels=${2:-}; shift ;;
+      -L*) labels=${1#-L} ;;
+      -R | -E | -I | --tests-regex | --exclude-regex) ;;
+    esac
+    shift
+  done
+  if [[ -z "$labels" || ! "$labels" =~ ^[a-z0-9_]+(\|[a-z0-9_]+)*$ ]]; then
+    echo all
+    return
+  fi
+  local t=()
+  IFS='|' read -ra parts <<<"$labels"
+  for l in "${parts[@]}"; do t+=("cohort_label_$l"); done
+  echo "${t[@]}"
+}
+
 release() {
   local build=${COHORT_BUILD_DIR:-build}
+  local targets
+  targets=$(targets_for "$@")
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOHORT_BUILD_TESTS=ON \
     -DCOHORT_BUILD_RUNTIME=ON -DCOHORT_BUILD_TRAINERS=ON -DCOHORT_BUILD_BENCH=ON &&
-    cmake --build "$build" -j"$(nproc)" &&
+    # shellcheck disable=SC2086 # one word per target
+    cmake --build "$build" -j"$(nproc)" --target $targets &&
     ctest --test-dir "$build" --output-on-failure --timeout 900 -j"$(nproc)" "$@"
 }
 

@@ -10,7 +10,7 @@
 //   - kBad consumes nothing and says why;
 //   - tightening the limits can only turn an answer into kBad (never into another request).
 // Plus detect_dialect on the first bytes. Seeds: tests/fuzz/corpus/codec/ (the PyTorch 1.13
-// captures of research/torch_protocol.md §1.6, 2.x handshakes and requests).
+// captures of docs/PROTOCOL.md §1.6, 2.x handshakes and requests).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

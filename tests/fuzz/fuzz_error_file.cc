@@ -7,7 +7,7 @@
 // positive, and never later than the exit time; format_failure_report() must not crash either,
 // and the failure must survive the trip through the store that a multi-node job gives it
 // (to_json on the failing node, failures_from_json on the others) without an exception.
-// Seeds: tests/fuzz/corpus/error_file/ (both torchrun formats, research/torch_protocol.md §3.5).
+// Seeds: tests/fuzz/corpus/error_file/ (both torchrun formats, docs/TORCHRUN.md §3.5).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

@@ -5,7 +5,7 @@
 // other exception (a JSON library type_error, std::out_of_range ...), a crash, a leak or a
 // sanitizer report is a bug. parse_error() never throws. Also: a lease grant is never 0, and
 // base64 round-trips the input's bytes. Seeds: tests/fuzz/corpus/etcd_response/ (the gateway's
-// real responses, shared/infra/REPORT.md §2).
+// real responses, docs/ETCD.md).
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>

@@ -6,7 +6,7 @@
 //   - at most max_hosts names, none empty, none holding a separator or a bracket;
 //   - the names joined with ',' expand to the same names (an expansion is a fixed point);
 //   - counts are in [0, 2^30].
-// Seeds: tests/fuzz/corpus/hostlist/ (research/peers.md §4.2 and the inputs that broke other
+// Seeds: tests/fuzz/corpus/hostlist/ (docs/SLURM.md §4.2 and the inputs that broke other
 // parsers).
 #include <cctype>
 #include <cstddef>

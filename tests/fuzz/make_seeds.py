@@ -3,10 +3,10 @@
 
     python3 tests/fuzz/make_seeds.py      (rewrites every seed; other files are left alone)
 
-Sources: the bytes PyTorch 1.13.1 put on the wire (research/torch_protocol.md §1.6), the 2.x
-handshake (VALIDATE 0x3C85F7CE, then PING(pid)), the hostlists of research/peers.md §4.2 and the
+Sources: the bytes PyTorch 1.13.1 put on the wire (docs/PROTOCOL.md §1.6), the 2.x
+handshake (VALIDATE 0x3C85F7CE, then PING(pid)), the hostlists of docs/SLURM.md §4.2 and the
 inputs that broke other parsers, torchrun's two error-file formats (torch_protocol.md §3.5), and
-the etcd v3 JSON gateway's responses (shared/infra/REPORT.md §2, etcd 3.4.23).
+the etcd v3 JSON gateway's responses (docs/ETCD.md, etcd 3.4.23).
 """
 import os
 import struct
@@ -67,7 +67,7 @@ def handshake(pid=4242):
 
 
 # ---- fuzz_codec: raw client streams -----------------------------------------------------------
-CAPTURED_113 = {  # research/torch_protocol.md §1.6, client to server
+CAPTURED_113 = {  # docs/PROTOCOL.md §1.6, client to server
     "add_init": "03 0500000000000000 696e69742f 0100000000000000",
     "set": "00 | 0200000000000000 2f6b 0200000000000000 7631",
     "wait": "05 0100000000000000 0200000000000000 2f6b",

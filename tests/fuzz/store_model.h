@@ -1,6 +1,6 @@
 // StoreModel: a deliberately naive reference model of the store's semantics, for fuzz_server.
 //
-// Written from the protocol notes (research/torch_protocol.md §1.3), not from StoreState: plain
+// Written from the protocol notes (docs/PROTOCOL.md §1.3), not from StoreState: plain
 // maps and linear scans, so that it is obviously right and independent of the code under test.
 // apply() executes one decoded request of one session and says what the server must do: the exact
 // reply bytes, whether it parks, whether it must close the connection, and which parked sessions

@@ -15,7 +15,7 @@ const std::string kInterop = COHORT_SOURCE_DIR "/tests/interop/";
 
 TEST_F(LauncherTest, WorkerEnvironmentMatchesTorchrun) {
   // Debian's torchrun 1.13 crashes on Python 3.11 without explicit -r/-t values (see
-  // research/torch_protocol.md §3.1), hence -r 1 -t 1.
+  // docs/TORCHRUN.md §3.1), hence -r 1 -t 1.
   std::string torch_dir = dir_ + "/torchrun", ours_dir = dir_ + "/cohortrun";
   std::filesystem::create_directories(torch_dir);
   std::filesystem::create_directories(ours_dir);

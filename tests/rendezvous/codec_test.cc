@@ -1,4 +1,4 @@
-// The codec against the bytes PyTorch 1.13 put on the wire (research/torch_protocol.md §1.6), every
+// The codec against the bytes PyTorch 1.13 put on the wire (docs/PROTOCOL.md §1.6), every
 // truncated prefix (must ask for more), oversize lengths (must be rejected before allocation) and
 // both opcode numberings.
 #include "cohort/rdzv/codec.h"

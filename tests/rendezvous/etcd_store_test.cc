@@ -1,5 +1,5 @@
 // EtcdStore against a real etcd: the cohort::Store semantics the rendezvous relies on, and the
-// JSON gateway's message formats (captured in shared/infra/REPORT.md §2).
+// JSON gateway's message formats (captured in docs/ETCD.md).
 #include "cohort/rdzv/etcd_store.h"
 
 #include <arpa/inet.h>

@@ -1,4 +1,4 @@
-// Test helper: bytes from the spaced hex of research/torch_protocol.md captures.
+// Test helper: bytes from the spaced hex of docs/PROTOCOL.md captures.
 #pragma once
 
 #include <cstdint>

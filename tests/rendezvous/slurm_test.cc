@@ -1,4 +1,4 @@
-// The Slurm hostlist grammar (research/peers.md §4.2, and the inputs that broke other parsers),
+// The Slurm hostlist grammar (docs/SLURM.md §4.2, and the inputs that broke other parsers),
 // per-node counts, and what a launcher derives from SLURM_* variables.
 #include "cohort/rdzv/slurm.h"
 
@@ -104,7 +104,7 @@ TEST(Hostlist, ManyFullRangesInOneGroupAreRejectedBeforeAllocating) {
 }
 
 TEST(SlurmEnv, FromAStepOnTheSecondNode) {
-  // As seen by rank 1 of `srun -N2 --ntasks-per-node=1` (shared/infra/REPORT.md §1).
+  // As seen by rank 1 of `srun -N2 --ntasks-per-node=1` (docs/SLURM.md).
   std::map<std::string, std::string> env{{"SLURM_JOB_ID", "41"},
                                          {"SLURM_STEP_ID", "0"},
                                          {"SLURM_NODEID", "1"},

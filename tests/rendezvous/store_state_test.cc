@@ -1,4 +1,4 @@
-// StoreState semantics, PyTorch's quirks included (research/torch_protocol.md §1.3).
+// StoreState semantics, PyTorch's quirks included (docs/PROTOCOL.md §1.3).
 #include "store_state.h"
 
 #include "cohort/rdzv/codec.h"

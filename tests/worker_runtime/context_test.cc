@@ -8,7 +8,7 @@ namespace cohort {
 namespace {
 
 EnvMap torchrun_env() {
-  // What torchrun 1.13 sets for rank 1 of 2 (research/torch_protocol.md §3.2).
+  // What torchrun 1.13 sets for rank 1 of 2 (docs/TORCHRUN.md §3.2).
   return {{"RANK", "1"},
           {"LOCAL_RANK", "1"},
           {"GROUP_RANK", "0"},

@@ -54,7 +54,7 @@ TEST(TorchrunInterop, WorkerGroupUnderTorchrun) {
   test::TempDir dir;
   test::Child c = test::spawn(
       // -r 1 -t 1: Debian's torchrun 1.13 on Python 3.11 crashes with the default -r 0
-      // (research/torch_protocol.md §3.1).
+      // (docs/TORCHRUN.md §3.1).
       {torchrun, "--nproc_per_node=2", "--no_python", "--redirects=1", "--tee=1",
        "--log_dir=" + dir.path() + "/logs", "--master_port=" + std::to_string(free_port()),
        COHORT_TEST_WORKER, "collectives"},

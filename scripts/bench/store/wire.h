@@ -1,5 +1,5 @@
 // The few TCPStore requests the benchmark sends, pre-encoded with the real codec, and the sizes
-// of their replies (research/torch_protocol.md §1.3). Pure functions; thread-safe.
+// of their replies (docs/PROTOCOL.md §1.3). Pure functions; thread-safe.
 #pragma once
 
 #include <cstddef>

@@ -2,7 +2,7 @@
 // worker died: an uncaught exception or a fatal signal writes $TORCHELASTIC_ERROR_FILE as
 //   {"message": {"message": "<Type>: <what>",
 //                "extraInfo": {"py_callstack": "<stack trace>", "timestamp": "<int secs>"}}}
-// (research/torch_protocol.md §3.5).
+// (docs/TORCHRUN.md §3.5).
 //
 // Typical use, the whole of a worker's main():
 //   int main(int argc, char** argv) { return cohort::run_main(argc, argv, real_main); }

@@ -5,7 +5,7 @@
 // rank 0 creates the NCCL unique id and publishes it in the
 // store under "nccl_uid/<run id>/<restart count>/<communicator sequence>", the others wait for it
 // with the store's timeout; the communicator is initialised non-blocking and polled against the
-// group's deadline (research/trainers.md §2.3-2.4).
+// group's deadline (docs/NCCL.md).
 //
 // Every collective is enqueued on options.cuda_stream (default: the legacy default stream) and the
 // calling thread waits for it, polling the CUDA event and ncclCommGetAsyncError() against the

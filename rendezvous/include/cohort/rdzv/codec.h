@@ -4,7 +4,7 @@
 // u64 length then the bytes; key lists are a u64 count then the strings. There is no framing, so
 // decode_request() parses a stream prefix and answers complete / need more / bad, with the bytes
 // it consumed. Size limits are checked on the length fields, before anything is allocated.
-// See research/torch_protocol.md §1 for the captured bytes this codec is tested against.
+// See docs/PROTOCOL.md §1 for the captured bytes this codec is tested against.
 //
 // Nothing here touches a socket; every function is safe to call from any thread.
 #pragma once

@@ -35,7 +35,8 @@ struct EtcdStoreOptions {
 
 class EtcdStore final : public Store {
  public:
-  // Checks that etcd answers (GET /version), retrying until connect_timeout; throws StoreError.
+  // Checks that etcd answers (POST /v3/maintenance/status), retrying until connect_timeout;
+  // throws StoreError.
   explicit EtcdStore(EtcdStoreOptions options);
   ~EtcdStore() override;
   EtcdStore(const EtcdStore&) = delete;
