@@ -395,7 +395,6 @@ const Flag& lookup(const std::string& written) {
              (f.name.rfind(written, 0) == 0 || u.rfind(written, 0) == 0))
       prefixed.push_back(&f);
   }
-  if (written == "--help" || written == "-h") throw std::logic_error("help");  // not reached
   if (exact) return *exact;
   if (prefixed.size() == 1) return *prefixed.front();
   if (prefixed.empty()) {

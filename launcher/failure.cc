@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "cohort/base/parse.h"
+#include "cohort/error.h"
 #include "json_text.h"
 
 namespace cohort::launch {
@@ -119,7 +120,7 @@ WorkerFailure failure_from_json(const std::string& text) {
   try {
     return failure_from(json::parse(text));
   } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("malformed failure record: ") + e.what());
+    throw ProtocolError(std::string("malformed failure record in the store: ") + e.what());
   }
 }
 
@@ -129,7 +130,7 @@ std::vector<WorkerFailure> failures_from_json(const std::string& text) {
     for (const auto& j : json::parse(text)) out.push_back(failure_from(j));
     return out;
   } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("malformed failure list: ") + e.what());
+    throw ProtocolError(std::string("malformed failure list in the store: ") + e.what());
   }
 }
 
@@ -154,7 +155,7 @@ Outcome outcome_from_json(const std::string& text) {
     if (j.contains("first_failure")) o.first_failure = failure_from(j["first_failure"]);
     return o;
   } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("malformed outcome record: ") + e.what());
+    throw ProtocolError(std::string("malformed outcome record in the store: ") + e.what());
   }
 }
 

@@ -66,7 +66,7 @@ double wall_clock_now();
 std::string to_json(const WorkerFailure& f);
 std::string to_json(const std::vector<WorkerFailure>& fs);
 std::string to_json(const Outcome& o);
-// These throw std::runtime_error on malformed input.
+// These throw ProtocolError naming what is malformed.
 WorkerFailure failure_from_json(const std::string& text);
 std::vector<WorkerFailure> failures_from_json(const std::string& text);
 Outcome outcome_from_json(const std::string& text);

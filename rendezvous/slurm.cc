@@ -6,11 +6,14 @@
 #include <cctype>
 #include <stdexcept>
 
+#include "cohort/base/parse.h"
+#include "cohort/error.h"
+
 namespace cohort::slurm {
 namespace {
 
-std::invalid_argument bad(const std::string& text, const std::string& why) {
-  return std::invalid_argument("hostlist '" + text + "': " + why);
+UsageError bad(const std::string& text, const std::string& why) {
+  return UsageError("hostlist '" + text + "': " + why);
 }
 
 // Splits at top-level separators (',' or whitespace outside brackets).
@@ -79,14 +82,9 @@ std::vector<std::string> expand_group(const std::string& group, const std::strin
 }
 
 int to_int(const std::string& name, const std::string& v) {
-  try {
-    size_t used = 0;
-    long long x = std::stoll(v, &used);
-    if (used != v.size() || x < 0 || x > 1 << 30) throw std::invalid_argument(v);
-    return static_cast<int>(x);
-  } catch (const std::exception&) {
-    throw std::invalid_argument(name + "='" + v + "' is not a non-negative integer");
-  }
+  auto x = parse_int(v, 0, 1 << 30);
+  if (!x) throw UsageError(name + "='" + v + "' is not a non-negative integer");
+  return *x;
 }
 
 }  // namespace
@@ -137,15 +135,14 @@ std::vector<int> expand_counts(const std::string& text, size_t max_entries) {
     int repeat = 1;
     auto paren = item.find("(x");
     if (paren != std::string::npos) {
-      if (item.back() != ')')
-        throw std::invalid_argument("counts '" + text + "': bad '" + item + "'");
+      if (item.back() != ')') throw UsageError("counts '" + text + "': bad '" + item + "'");
       repeat = to_int("repeat", item.substr(paren + 2, item.size() - paren - 3));
       item = item.substr(0, paren);
     }
     int v = to_int("count", item);
     if (out.size() + static_cast<size_t>(repeat) > max_entries) {
-      throw std::invalid_argument("counts '" + text + "': more than " +
-                                  std::to_string(max_entries) + " nodes");
+      throw UsageError("counts '" + text + "': more than " + std::to_string(max_entries) +
+                       " nodes");
     }
     out.insert(out.end(), static_cast<size_t>(repeat), v);
     if (comma == std::string::npos) break;
@@ -197,7 +194,7 @@ int SlurmEnv::derived_port() const {
 std::string SlurmEnv::master_address() const {
   if (nodes.empty()) {
     if (!launch_node_ip.empty()) return launch_node_ip;
-    throw std::runtime_error("SLURM_JOB_NODELIST is not set; pass --master-addr");
+    throw UsageError("SLURM_JOB_NODELIST is not set; pass --master-addr");
   }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -211,8 +208,8 @@ std::string SlurmEnv::master_address() const {
     if (rc == 0) return buf;
   }
   if (!launch_node_ip.empty()) return launch_node_ip;
-  throw std::runtime_error("cannot resolve '" + nodes.front() +
-                           "', the first host of the job; pass --master-addr");
+  throw UsageError("cannot resolve '" + nodes.front() +
+                   "', the first host of the job; pass --master-addr");
 }
 
 }  // namespace cohort::slurm

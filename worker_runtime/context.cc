@@ -160,11 +160,10 @@ WorkerIdentity WorkerIdentity::parse(const EnvMap& env) {
         if (!job) missing("SLURM_JOB_ID", hint);
         id.master_addr = job->master_address();
         id.master_port = job->derived_port() + static_cast<int>(job->step_id.value_or(0) % 16) * 40;
-      } catch (const std::invalid_argument& e) {
-        throw UsageError(std::string("cohort: ") + e.what());
-      } catch (const std::runtime_error& e) {
-        throw UsageError(std::string("cohort: ") + e.what() +
-                         " (or set MASTER_ADDR and MASTER_PORT)");
+      } catch (const UsageError& e) {
+        const std::string what = e.what();
+        if (what.rfind("cohort: ", 0) == 0) throw;  // ours, complete
+        throw UsageError("cohort: " + what + " (or set MASTER_ADDR and MASTER_PORT)");
       }
     }
     id.source = "slurm";

@@ -1,7 +1,7 @@
 // fuzz_hostlist: the Slurm hostlist grammar and per-node counts (cohort::slurm).
 //
 // The input is the text of SLURM_JOB_NODELIST (and, the same bytes, SLURM_TASKS_PER_NODE).
-// expand_hostlist() and expand_counts() may reject it only with std::invalid_argument; any other
+// expand_hostlist() and expand_counts() may reject it only with cohort::UsageError; any other
 // exception, a crash, a leak or an allocation past libFuzzer's limit is a bug. On success:
 //   - at most max_hosts names, none empty, none holding a separator or a bracket;
 //   - the names joined with ',' expand to the same names (an expansion is a fixed point);
@@ -24,7 +24,7 @@ void check_hostlist(const std::string& text, size_t max_hosts) {
   std::vector<std::string> hosts;
   try {
     hosts = cohort::slurm::expand_hostlist(text, max_hosts);
-  } catch (const std::invalid_argument& e) {
+  } catch (const cohort::UsageError& e) {
     COHORT_FUZZ_CHECK(e.what()[0] != '\0', "rejected without a reason");
     return;
   }
@@ -49,7 +49,7 @@ void check_counts(const std::string& text) {
   std::vector<int> counts;
   try {
     counts = cohort::slurm::expand_counts(text);
-  } catch (const std::invalid_argument& e) {
+  } catch (const cohort::UsageError& e) {
     COHORT_FUZZ_CHECK(e.what()[0] != '\0', "rejected without a reason");
     return;
   }

@@ -9,17 +9,19 @@
 #include <string>
 #include <vector>
 
+#include "cohort/error.h"
+
 namespace cohort::slurm {
 
 // Expands a Slurm hostlist: comma- or space-separated entries; each entry text with any number of
 // bracket groups of numbers and lo-hi ranges, expanded as a cartesian product, zero padding kept
 // ("gpu[01-04,07],cpu3", "rack[0-1]_blade[0-2]", "host-[001-002]", "a[1-2]-b[3-4]").
-// Throws std::invalid_argument naming the problem (unbalanced bracket, bad range, more than
+// Throws UsageError naming the problem (unbalanced bracket, bad range, more than
 // `max_hosts` names).
 std::vector<std::string> expand_hostlist(const std::string& hostlist, size_t max_hosts = 65536);
 
 // Expands per-node counts such as SLURM_TASKS_PER_NODE "2(x3),1" -> {2, 2, 2, 1}. Throws
-// std::invalid_argument naming the problem (not a count, more than `max_entries` nodes).
+// UsageError naming the problem (not a count, more than `max_entries` nodes).
 std::vector<int> expand_counts(const std::string& counts, size_t max_entries = 65536);
 
 // What the environment of a process inside a Slurm allocation says.
@@ -36,7 +38,7 @@ struct SlurmEnv {
   std::optional<int> gpus_on_node;
   std::string launch_node_ip;  // SLURM_LAUNCH_NODE_IPADDR
 
-  // nullopt when SLURM_JOB_ID is not set. Throws std::invalid_argument naming a malformed variable.
+  // nullopt when SLURM_JOB_ID is not set. Throws UsageError naming a malformed variable.
   static std::optional<SlurmEnv> from_env(const std::map<std::string, std::string>& env);
 
   // "slurm-<job>-<step>" ("...-batch" in the batch step): identical on every node of a step.
@@ -44,7 +46,7 @@ struct SlurmEnv {
   // A port derived from the job id, so jobs sharing a node do not collide: 20000 + id % 40000.
   int derived_port() const;
   // The address of the job's first host: resolved by name, else the launch node's address (in a
-  // batch script, srun runs on the first node). Throws std::runtime_error saying what to pass.
+  // batch script, srun runs on the first node). Throws UsageError saying what to pass.
   std::string master_address() const;
 };
 
