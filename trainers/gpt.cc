@@ -192,7 +192,7 @@ void Gpt::backward(float loss_scale) {
     dev_.layernorm_backward(dres_, g + q.ln1_w, g + q.ln1_b, dln_, residual, w + q.ln1_w,
                             a.ln1_mean, a.ln1_rstd, N, C);
   }
-  dev_.embedding_backward(g + wte_, g + wpe_, dres_, tokens_, B, T, C);
+  dev_.embedding_backward(g + wte_, g + wpe_, dres_, tokens_, B, T, C, V);
 }
 
 void Gpt::zero_grad() {

@@ -121,8 +121,8 @@ class CudaDevice final : public Device {
     cuda::embedding_forward(out, tokens, wte, wpe, B, T, C, stream_);
   }
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                          int T, int C) override {
-    cuda::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, stream_);
+                          int T, int C, int V) override {
+    cuda::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, V, stream_);
   }
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                          int NH) override {

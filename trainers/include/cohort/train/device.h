@@ -70,7 +70,7 @@ class Device {
   virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
                                  const float* wpe, int B, int T, int C) = 0;
   virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                  const int32_t* tokens, int B, int T, int C) = 0;
+                                  const int32_t* tokens, int B, int T, int C, int V) = 0;
   virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                                  int NH) = 0;
   virtual void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
