@@ -41,6 +41,7 @@ class Training : public testing::TrainerTest {
 
 FmnistOptions fmnist_options() {
   FmnistOptions o;
+  o.data_dir = testing::fmnist_dir();
   o.out = nullptr;
   o.metrics_path = std::string("-");
   return o;
