@@ -303,14 +303,15 @@ FmnistResult FmnistRun::run() {
   if (pos.epoch >= o_.epochs) total_steps = pos.step;
   if (o_.max_steps > 0) total_steps = std::min(total_steps, o_.max_steps);
   {
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "fmnist: %d rank%s x batch %d on %s, %zu parameters, seed %llu, %lld steps "
-                  "(%lld per epoch), weights crc32 %08x%s",
-                  world_, world_ == 1 ? "" : "s", o_.batch_size, dev_.describe().c_str(),
-                  model_.layout().num_parameters(), static_cast<unsigned long long>(o_.seed),
-                  static_cast<long long>(total_steps), static_cast<long long>(steps_per_epoch), crc,
-                  resumed ? (" (resumed at step " + std::to_string(pos.step) + ")").c_str() : "");
+    char line[320];
+    std::snprintf(
+        line, sizeof line,
+        "fmnist: %d rank%s x batch %d on %s, gradients via %s, %zu parameters, seed %llu, "
+        "%lld steps (%lld per epoch), weights crc32 %08x%s",
+        world_, world_ == 1 ? "" : "s", o_.batch_size, dev_.describe().c_str(), comm_.describe(),
+        model_.layout().num_parameters(), static_cast<unsigned long long>(o_.seed),
+        static_cast<long long>(total_steps), static_cast<long long>(steps_per_epoch), crc,
+        resumed ? (" (resumed at step " + std::to_string(pos.step) + ")").c_str() : "");
     log(line);
   }
 

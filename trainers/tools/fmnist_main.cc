@@ -71,6 +71,8 @@ int real_main(int argc, char** argv) {
                               {"ema_decay", c.o.ema_decay},
                               {"train_loss", r.last_loss},
                               {"samples_per_s", r.samples_per_s},
+                              {"device", worker->device().describe()},
+                              {"gradient_path", worker->comm().describe()},
                               {"train_seconds", r.train_seconds},
                               {"comm_seconds", r.comm_seconds}});
     if (r.test_accuracy < c.min_accuracy) {

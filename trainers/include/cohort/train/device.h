@@ -27,6 +27,12 @@ class Device {
   virtual DeviceKind kind() const = 0;
   // "cpu (OpenBLAS Cooperlake, 1 thread)", "cuda:0 (NVIDIA H200)".
   virtual std::string describe() const = 0;
+  // The CUDA device index the Device runs on (-1 on the CPU). Whatever else works on this
+  // Device's memory or stream (the NCCL group) must use this index.
+  virtual int cuda_index() const { return -1; }
+  // The GPU's PCI bus id, lower case ("0000:3b:00.0"); "" on the CPU. Two processes of one
+  // machine share a GPU iff their ids are equal, whatever CUDA_VISIBLE_DEVICES numbered it.
+  virtual std::string pci_bus_id() const { return {}; }
 
   // ---- memory (bytes) ----
   // Returns `bytes` of device memory (64-byte aligned); throws std::bad_alloc / CudaError.
@@ -101,8 +107,8 @@ bool cuda_device_available();
 // Number of visible CUDA devices (0 without CUDA).
 int cuda_device_count();
 
-// A CUDA device on GPU `index`. Throws cohort::train::CudaError when the build has no CUDA or the
-// GPU cannot be used.
+// A CUDA device on GPU `index` (0 <= index < cuda_device_count()). Throws cohort::train::CudaError
+// when the build has no CUDA, no such GPU is visible or it cannot be used.
 std::unique_ptr<Device> make_cuda_device(int index);
 
 // Owns `count` elements of T on a device. Move-only.
