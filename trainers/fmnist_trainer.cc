@@ -211,6 +211,7 @@ void FmnistRun::evaluate(int64_t step, int epoch) {
   result_.test_loss = shown.loss;
   result_.raw_test_accuracy = raw.accuracy;
   result_.raw_test_loss = raw.loss;
+  result_.evals.push_back({step, shown.accuracy, raw.accuracy});
   char line[200];
   int len =
       std::snprintf(line, sizeof line, "epoch %d step %lld: test accuracy %.2f%%  test loss %.4f",
@@ -260,6 +261,7 @@ FmnistResult FmnistRun::run() {
   if (o_.batch_size <= 0 || o_.epochs <= 0) {
     throw std::invalid_argument("batch size and epochs must be positive");
   }
+  if (o_.eval_every < 0) throw std::invalid_argument("--eval-every must be 0 or positive");
   if (!(o_.ema_decay >= 0 && o_.ema_decay < 1)) {
     char given[32];
     std::snprintf(given, sizeof given, "%g", o_.ema_decay);
@@ -372,6 +374,10 @@ FmnistResult FmnistRun::run() {
       if (pos.step >= total_steps) {
         stopped = true;
         break;
+      }
+      // Evaluations between epoch ends (the last step of an epoch is evaluated below).
+      if (o_.eval_every > 0 && pos.step % o_.eval_every == 0 && b + 1 < steps_per_epoch) {
+        evaluate(pos.step, epoch);
       }
     }
     const bool epoch_complete = pos.batch_in_epoch == steps_per_epoch;
