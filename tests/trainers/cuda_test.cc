@@ -467,6 +467,9 @@ TEST(CudaDevice, KnowsItsIndexAndPciBusId) {
 void run_workers(int world, const std::string& device,
                  const std::function<void(int, Worker&)>& fn) {
   auto store = std::make_shared<MemoryStore>(std::chrono::seconds(60));
+  static int calls = 0;  // a fresh run id per call: shared-memory segments are named after it
+  const std::string run_id =
+      "cuda_test_" + std::to_string(::getpid()) + "_" + std::to_string(++calls);
   std::vector<std::exception_ptr> errors(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
@@ -475,7 +478,7 @@ void run_workers(int world, const std::string& device,
         WorkerIdentity id;
         id.rank = id.local_rank = r;
         id.world_size = id.local_world_size = world;
-        id.run_id = "cuda_test_" + std::to_string(::getpid());
+        id.run_id = run_id;
         id.timeout = std::chrono::seconds(60);
         WorkerOptions o;
         o.device = device;
