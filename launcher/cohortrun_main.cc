@@ -2,18 +2,12 @@
 #include <cstdio>
 #include <exception>
 
+#include "cohort/base/environment.h"
 #include "cohort/launch/cli.h"
 #include "cohort/launch/launcher.h"
 
-extern char** environ;
-
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
+  cohort::EnvMap env = cohort::current_env();
   cohort::launch::LaunchConfig config;
   auto cli = cohort::launch::parse_cli(argc, argv, env, &config);
   if (cli.exit_code >= 0) {

@@ -3,24 +3,16 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <random>
 #include <sstream>
 
+#include "cohort/base/net.h"
+#include "cohort/base/random.h"
 #include "cohort/rdzv/etcd_store.h"
 #include "cohort/rdzv/tcp_store.h"
-#include "endpoint.h"
 #include "round_ops.h"
 
 namespace cohort::launch {
 namespace {
-
-std::string random_tag(size_t n) {
-  static const char chars[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-  std::random_device rd;
-  std::string s;
-  for (size_t i = 0; i < n; ++i) s.push_back(chars[rd() % (sizeof(chars) - 1)]);
-  return s;
-}
 
 bool conf_flag(const std::string& conf, const std::string& key, bool* value) {
   auto at = conf.find(key + "=");
@@ -77,7 +69,7 @@ JobRendezvous::JobRendezvous(asio::io_context& io, const LaunchConfig& c, std::s
                                   " needs --rdzv-endpoint host:port (a "
                                   "cohortd, or the address of one of the nodes)");
     }
-    Endpoint ep = parse_endpoint(c.rdzv_endpoint, etcd ? 2379 : 29400);
+    HostPort ep = parse_host_port(c.rdzv_endpoint, etcd ? 2379 : 29400);
     // Host the store when the endpoint is ours and nobody serves it yet (a standalone cohortd,
     // or another agent on this machine, already holds the port). etcd is never ours to host.
     bool host = false;
@@ -99,7 +91,7 @@ JobRendezvous::JobRendezvous(asio::io_context& io, const LaunchConfig& c, std::s
     }
     // The address others reach us by: --local-addr, else the one the route to the endpoint uses.
     advertised_ = c.local_addr;
-    if (advertised_.empty()) advertised_ = local_address_towards(ep);
+    if (advertised_.empty()) advertised_ = local_address_towards(ep.host, ep.port);
     if (c.max_nodes > 1 && is_loopback_host(advertised_) && !is_loopback_host(ep.host)) {
       throw std::invalid_argument(
           "this node would advertise " + advertised_ +

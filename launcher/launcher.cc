@@ -14,12 +14,14 @@
 #include <asio/steady_timer.hpp>
 #include <chrono>
 #include <filesystem>
-#include <random>
 #include <sstream>
 
 #include "agent.h"
+#include "cohort/base/logging.h"
+#include "cohort/base/net.h"
+#include "cohort/base/random.h"
+#include "cohort/error.h"
 #include "cohort/launch/cli.h"
-#include "cohort/rdzv/logging.h"
 #include "entrypoint.h"
 #include "error_file.h"
 #include "failure_report.h"
@@ -40,20 +42,6 @@ namespace {
 
 double wall_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string random_suffix(size_t n) {
-  static const char chars[] = "abcdefghijklmnopqrstuvwxyz0123456789_";
-  std::random_device rd;
-  std::string s;
-  for (size_t i = 0; i < n; ++i) s.push_back(chars[rd() % (sizeof(chars) - 1)]);
-  return s;
-}
-
-std::string hostname() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
 }
 
 int open_log(const std::string& path) {
@@ -164,7 +152,7 @@ std::optional<int> Launcher::Impl::prepare() {
   host_ = hostname();
   command_ = build_worker_command(cfg_, env_);
   run_id_ = cfg_.rdzv_id;
-  if (cfg_.standalone) run_id_ = random_suffix(8);
+  if (cfg_.standalone) run_id_ = random_tag(8);
   if (cfg_.standalone) cfg_.master_addr = "127.0.0.1";
 
   // Logs: <log_dir>/<run_id>_<random>/attempt_<n>/<local_rank>/
@@ -179,7 +167,7 @@ std::optional<int> Launcher::Impl::prepare() {
         throw std::runtime_error(templ + ": " + std::strerror(errno));
       base = buf.data();
     }
-    log_root_ = base + "/" + run_id_ + "_" + random_suffix(8);
+    log_root_ = base + "/" + run_id_ + "_" + random_tag(8);
     fs::create_directories(log_root_);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cohortrun: cannot create the log directory: %s\n", e.what());
@@ -206,6 +194,9 @@ int Launcher::Impl::run() {
   }
   try {
     rdzv_ = std::make_unique<JobRendezvous>(io_, cfg_, run_id_, log_);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "cohortrun: %s\n", e.what());
+    return 2;
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "cohortrun: %s\n", e.what());
     return 2;

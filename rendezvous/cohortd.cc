@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <fstream>
 
-#include "cohort/rdzv/error.h"
-#include "cohort/rdzv/logging.h"
+#include "cohort/base/logging.h"
+#include "cohort/error.h"
 
 namespace cohort::rdzv {
 

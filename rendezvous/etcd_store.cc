@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cohort/base/net.h"
 #include "etcd_json.h"
 
 namespace cohort {
@@ -118,10 +119,7 @@ class EtcdStore::Http {
 };
 
 EtcdStore::EtcdStore(EtcdStoreOptions options) : options_(std::move(options)) {
-  std::string host = options_.host;
-  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  base_url_ = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-              std::to_string(options_.port);
+  base_url_ = "http://" + format_host_port(strip_brackets(options_.host), options_.port);
   http_ = std::make_unique<Http>();
   watch_http_ = std::make_unique<Http>();
   // etcd may still be starting (or a node may start before it): retry until it answers.

@@ -11,8 +11,8 @@
 #include <future>
 #include <unordered_map>
 
-#include "cohort/rdzv/error.h"
-#include "cohort/rdzv/logging.h"
+#include "cohort/base/logging.h"
+#include "cohort/error.h"
 #include "session.h"
 #include "store_log.h"
 #include "store_state.h"

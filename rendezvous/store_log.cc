@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "cohort/error.h"
 #include "cohort/rdzv/codec.h"
-#include "cohort/rdzv/error.h"
 
 namespace cohort::rdzv {
 namespace {

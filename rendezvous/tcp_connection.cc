@@ -13,6 +13,9 @@
 #include <random>
 #include <thread>
 
+#include "cohort/base/net.h"
+#include "cohort/base/random.h"
+
 namespace cohort::detail {
 namespace {
 
@@ -66,18 +69,12 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline) {
 
 }  // namespace
 
-std::string strip_brackets(const std::string& host) {
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    return host.substr(1, host.size() - 2);
-  return host;
-}
-
 TcpConnection TcpConnection::connect(const std::string& host_in, int port,
                                      Clock::time_point deadline, const std::atomic<bool>* abandon) {
   std::string host = strip_brackets(host_in);
   std::string last_error = "no attempt made";
   auto backoff = std::chrono::milliseconds(10);
-  std::minstd_rand rng(std::random_device{}());
+  std::minstd_rand rng(static_cast<std::minstd_rand::result_type>(random_u64()));
   for (;;) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;

@@ -58,7 +58,4 @@ class TcpConnection {
   size_t pos_ = 0;
 };
 
-// Splits "host:port", "[v6]:port" or "v6::addr" forms; strips brackets from the host.
-std::string strip_brackets(const std::string& host);
-
 }  // namespace cohort::detail

@@ -3,9 +3,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <random>
 #include <thread>
 
+#include "cohort/base/net.h"
+#include "cohort/base/random.h"
 #include "cohort/rdzv/auth.h"
 #include "cohort/rdzv/codec.h"
 #include "tcp_connection.h"
@@ -88,11 +89,8 @@ TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
   if (options_.tagged_writes && options_.dialect != StoreDialect::kCurrent) {
     throw StoreError("tagged writes need the current dialect", "", "");
   }
-  client_id_ = std::random_device{}();
-  client_id_ = (client_id_ << 32) ^ std::random_device{}() ^ static_cast<uint64_t>(::getpid());
-  std::string host = detail::strip_brackets(options_.host);
-  address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-             std::to_string(options_.port);
+  client_id_ = random_u64();
+  address_ = format_host_port(strip_brackets(options_.host), options_.port);
   std::lock_guard lock(mu_);
   reconnect_locked();
 }
@@ -117,8 +115,8 @@ void TcpStore::reconnect_locked() {
   auto backoff = std::chrono::milliseconds(20);
   try {
     for (;;) {
-      auto c = TcpConnection::connect(detail::strip_brackets(options_.host), options_.port,
-                                      deadline, options_.abandon);
+      auto c = TcpConnection::connect(strip_brackets(options_.host), options_.port, deadline,
+                                      options_.abandon);
       auto conn = std::make_unique<Connection>(std::move(c));
       try {
         handshake_locked(*conn, deadline);

@@ -4,7 +4,7 @@
 # to the trainer, e.g. scripts/demo.sh --epochs 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --check >/dev/null 2>&1 || scripts/setup.sh
+scripts/setup.sh --no-torch2 --check >/dev/null 2>&1 || scripts/setup.sh --no-torch2
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target cohortrun cohortd cohort-train-fmnist cohort-train-gpt
 echo

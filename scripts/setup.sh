@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# Installs every Debian package cohort, its tests and its benchmarks need. Idempotent: when all
-# packages are present it changes nothing and returns at once.
+# Installs every Debian package cohort, its tests and its benchmarks need, then PyTorch 2.x from
+# the Python package index into a virtual environment of its own (scripts/torch2.sh). Idempotent:
+# when everything is present it changes nothing and returns at once.
 #   scripts/setup.sh           install what is missing (runs apt-get update once first)
 #   scripts/setup.sh --check   exit 0 if nothing is missing, 1 otherwise; installs nothing
+#   --no-torch2 (before or after --check) leaves PyTorch 2.x out (the demo does not need it)
 set -euo pipefail
+
+torch2=yes
+args=()
+for a in "$@"; do
+  if [ "$a" = --no-torch2 ]; then torch2=no; else args+=("$a"); fi
+done
+set -- "${args[@]+"${args[@]}"}"
 
 PACKAGES=(
   # build
@@ -12,8 +21,9 @@ PACKAGES=(
   libopenblas-dev zlib1g-dev libssl-dev libcurl4-openssl-dev
   # data for the bundled trainers
   dataset-fashion-mnist fortunes
-  # interop tests and benchmark baselines: real PyTorch 1.13 (/usr/bin/python3)
-  python3 python3-torch
+  # interop tests and benchmark baselines: real PyTorch 1.13 (/usr/bin/python3), and a virtual
+  # environment for PyTorch 2.x (scripts/torch2.sh)
+  python3 python3-torch python3-venv
   # multi-node, Slurm and etcd tests, fault injection
   iproute2 nftables procps psmisc curl
   slurm-wlm slurmctld slurmd slurm-client munge
@@ -31,13 +41,22 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+here=$(dirname "$0")
 if [ "${1:-}" = "--check" ]; then
-  if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
-  echo "setup: missing packages: ${missing[*]}" >&2
-  exit 1
+  rc=0
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: missing packages: ${missing[*]}" >&2
+    rc=1
+  fi
+  if [ $torch2 = yes ] && ! "$here/torch2.sh" --check; then
+    echo "setup: PyTorch 2.x is missing ($("$here/torch2.sh" --python))" >&2
+    rc=1
+  fi
+  exit $rc
 fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
+  if [ $torch2 = yes ]; then "$here/torch2.sh" >/dev/null; fi
   exit 0
 fi
 
@@ -50,4 +69,5 @@ echo "setup: installing ${missing[*]}"
 "${SUDO[@]}" apt-get update -qq
 # Daemons (slurm, munge, etcd) are started by the tests themselves, never by the packages.
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ $torch2 = yes ]; then "$here/torch2.sh" >/dev/null; fi
 echo "setup: done"

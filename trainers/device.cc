@@ -3,7 +3,7 @@
 #include "cohort/train/device.h"
 
 #ifndef COHORT_TRAIN_HAVE_CUDA
-#include "cohort/train/cuda_error.h"
+#include "cohort/error.h"
 
 namespace cohort::train {
 

@@ -10,7 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "cohort/train/cuda_error.h"
+#include "cohort/error.h"
 #include "cohort/train/gradient_path.h"
 
 #ifdef COHORT_TRAIN_HAVE_RUNTIME

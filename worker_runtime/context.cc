@@ -5,15 +5,16 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string_view>
+
+#include "cohort/base/parse.h"
 
 #include "cohort/rdzv/memory_store.h"
 #include "cohort/rdzv/prefix_store.h"
 #include "cohort/rdzv/server.h"
 #include "cohort/rdzv/slurm.h"
 #include "cohort/rdzv/tcp_store.h"
-
-extern char** environ;
 
 namespace cohort {
 namespace {
@@ -28,17 +29,17 @@ const std::string* find(const EnvMap& env, const char* name) {
 }
 
 [[noreturn]] void missing(const char* name, const std::string& hint) {
-  throw Error(std::string("cohort: environment variable ") + name + " is not set (" + hint + ")");
+  throw UsageError(std::string("cohort: environment variable ") + name + " is not set (" + hint +
+                   ")");
 }
 
 int parse_int(const char* name, const std::string& value, int min_value) {
-  int v = 0;
-  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || v < min_value) {
-    throw Error(std::string("cohort: environment variable ") + name + "='" + value +
-                "' is not an integer >= " + std::to_string(min_value));
+  auto v = cohort::parse_int(value, min_value, std::numeric_limits<int>::max());
+  if (!v) {
+    throw UsageError(std::string("cohort: environment variable ") + name + "='" + value +
+                     "' is not an integer >= " + std::to_string(min_value));
   }
-  return v;
+  return *v;
 }
 
 int required_int(const EnvMap& env, const char* name, int min_value, const std::string& hint) {
@@ -54,32 +55,18 @@ int optional_int(const EnvMap& env, const char* name, int min_value, int fallbac
 
 // SLURM_TASKS_PER_NODE-style lists: "2(x3),1" -> the count for node `node`.
 int slurm_tasks_on_node(const char* name, const std::string& list, int node) {
-  int index = 0;
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t end = list.find(',', pos);
-    if (end == std::string::npos) end = list.size();
-    const std::string item = list.substr(pos, end - pos);
-    int count = 0, repeat = 1;
-    const size_t paren = item.find("(x");
-    try {
-      if (paren == std::string::npos) {
-        count = parse_int(name, item, 1);
-      } else {
-        if (item.back() != ')') throw Error("");
-        count = parse_int(name, item.substr(0, paren), 1);
-        repeat = parse_int(name, item.substr(paren + 2, item.size() - paren - 3), 1);
-      }
-    } catch (const Error&) {
-      throw Error(std::string("cohort: environment variable ") + name + "='" + list +
-                  "' is not a Slurm task list such as 2(x3),1");
-    }
-    if (node < index + repeat) return count;
-    index += repeat;
-    pos = end + 1;
+  std::vector<int> counts;
+  try {
+    counts = slurm::expand_counts(list);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("cohort: environment variable ") + name + "='" + list +
+                     "' is not a Slurm task list such as 2(x3),1 (" + e.what() + ")");
   }
-  throw Error(std::string("cohort: environment variable ") + name + "='" + list +
-              "' has no entry for node " + std::to_string(node));
+  if (node < 0 || static_cast<size_t>(node) >= counts.size()) {
+    throw UsageError(std::string("cohort: environment variable ") + name + "='" + list +
+                     "' has no entry for node " + std::to_string(node));
+  }
+  return counts[static_cast<size_t>(node)];
 }
 
 void parse_master(const EnvMap& env, WorkerIdentity& id, const std::string& hint) {
@@ -88,28 +75,29 @@ void parse_master(const EnvMap& env, WorkerIdentity& id, const std::string& hint
   id.master_addr = *addr;
   id.master_port = required_int(env, "MASTER_PORT", 1, hint);
   if (id.master_port > 65535) {
-    throw Error("cohort: environment variable MASTER_PORT='" + env.at("MASTER_PORT") +
-                "' is not a port number (1..65535)");
+    throw UsageError("cohort: environment variable MASTER_PORT='" + env.at("MASTER_PORT") +
+                     "' is not a port number (1..65535)");
   }
 }
 
 void check_ranges(const WorkerIdentity& id, const char* rank_var, const char* world_var,
                   const char* local_var, const char* local_world_var) {
   if (id.world_size < 1) {
-    throw Error(std::string("cohort: environment variable ") + world_var + " must be >= 1");
+    throw UsageError(std::string("cohort: environment variable ") + world_var + " must be >= 1");
   }
   if (id.rank >= id.world_size) {
-    throw Error(std::string("cohort: ") + rank_var + "=" + std::to_string(id.rank) +
-                " is not below " + world_var + "=" + std::to_string(id.world_size));
+    throw UsageError(std::string("cohort: ") + rank_var + "=" + std::to_string(id.rank) +
+                     " is not below " + world_var + "=" + std::to_string(id.world_size));
   }
   if (id.local_world_size < 1 || id.local_world_size > id.world_size) {
-    throw Error(std::string("cohort: ") + local_world_var + "=" +
-                std::to_string(id.local_world_size) + " must be in 1.." + world_var + "=" +
-                std::to_string(id.world_size));
+    throw UsageError(std::string("cohort: ") + local_world_var + "=" +
+                     std::to_string(id.local_world_size) + " must be in 1.." + world_var + "=" +
+                     std::to_string(id.world_size));
   }
   if (id.local_rank >= id.local_world_size) {
-    throw Error(std::string("cohort: ") + local_var + "=" + std::to_string(id.local_rank) +
-                " is not below " + local_world_var + "=" + std::to_string(id.local_world_size));
+    throw UsageError(std::string("cohort: ") + local_var + "=" + std::to_string(id.local_rank) +
+                     " is not below " + local_world_var + "=" +
+                     std::to_string(id.local_world_size));
   }
 }
 
@@ -118,17 +106,6 @@ StoreDialect dialect_of(const std::string& s) {
 }
 
 }  // namespace
-
-EnvMap current_env() {
-  EnvMap env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string_view kv(*e);
-    const size_t eq = kv.find('=');
-    if (eq == std::string_view::npos) continue;
-    env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
-  }
-  return env;
-}
 
 WorkerIdentity WorkerIdentity::parse(const EnvMap& env) {
   WorkerIdentity id;
@@ -184,9 +161,10 @@ WorkerIdentity WorkerIdentity::parse(const EnvMap& env) {
         id.master_addr = job->master_address();
         id.master_port = job->derived_port() + static_cast<int>(job->step_id.value_or(0) % 16) * 40;
       } catch (const std::invalid_argument& e) {
-        throw Error(std::string("cohort: ") + e.what());
+        throw UsageError(std::string("cohort: ") + e.what());
       } catch (const std::runtime_error& e) {
-        throw Error(std::string("cohort: ") + e.what() + " (or set MASTER_ADDR and MASTER_PORT)");
+        throw UsageError(std::string("cohort: ") + e.what() +
+                         " (or set MASTER_ADDR and MASTER_PORT)");
       }
     }
     id.source = "slurm";
@@ -217,8 +195,8 @@ WorkerIdentity WorkerIdentity::parse(const EnvMap& env) {
     auto [ptr, ec] = std::from_chars(v->data(), v->data() + v->size(), seconds);
     if (v->empty() || ec != std::errc() || ptr != v->data() + v->size() || !(seconds > 0) ||
         !std::isfinite(seconds)) {
-      throw Error("cohort: environment variable COHORT_TIMEOUT_S='" + *v +
-                  "' is not a positive number of seconds");
+      throw UsageError("cohort: environment variable COHORT_TIMEOUT_S='" + *v +
+                       "' is not a positive number of seconds");
     }
     id.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
     id.timeout_from_env = true;
@@ -229,8 +207,8 @@ WorkerIdentity WorkerIdentity::parse(const EnvMap& env) {
     } else if (*v == "current" || v->empty()) {
       id.store_dialect = "current";
     } else {
-      throw Error("cohort: environment variable COHORT_STORE_DIALECT='" + *v +
-                  "' is neither 'current' nor 'torch113'");
+      throw UsageError("cohort: environment variable COHORT_STORE_DIALECT='" + *v +
+                       "' is neither 'current' nor 'torch113'");
     }
   }
   if (const std::string* v = find(env, "COHORT_SOCKET_ADDR")) id.socket_addr = *v;
@@ -265,11 +243,12 @@ Context Context::from_env(const EnvMap& env) {
   }
   TcpStoreOptions options;
   options.auth_token = token;
-  // cohortrun's store is cohortd's: writes can be tagged and retried safely.
-  options.tagged_writes = id.source == "cohortrun" && options.dialect == StoreDialect::kCurrent;
   options.host = id.master_addr;
   options.port = id.master_port;
   options.dialect = dialect_of(id.store_dialect);
+  // cohortrun's store is cohortd's: writes can be tagged and retried safely (in the current
+  // dialect only; COHORT_STORE_DIALECT=torch113 turns tagging off).
+  options.tagged_writes = id.source == "cohortrun" && options.dialect == StoreDialect::kCurrent;
   options.timeout = id.timeout_from_env ? id.timeout : std::chrono::minutes(5);
   options.connect_timeout = options.timeout;
   auto store = std::make_shared<TcpStore>(options);

@@ -19,7 +19,7 @@
 #include <backtrace.h>
 #endif
 
-#include "cohort/rdzv/error.h"
+#include "cohort/error.h"
 #include "crash_cleanup.h"
 
 namespace cohort {

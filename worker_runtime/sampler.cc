@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "cohort/rdzv/error.h"
+#include "cohort/error.h"
 
 namespace cohort {
 

@@ -17,6 +17,7 @@
 
 #include "../common/free_port.h"
 #include "../common/subprocess.h"
+#include "../common/torch_python.h"
 
 namespace cohort::testing {
 
@@ -25,7 +26,6 @@ struct RunResult {
   std::string out, err;
   int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
 };
-
 
 // True while `pid` exists and is not a zombie.
 inline bool process_alive(pid_t pid) {
@@ -74,7 +74,7 @@ class LauncherTest : public ::testing::Test {
 
   RunResult run(const std::vector<std::string>& argv, std::vector<std::string> env = {},
                 std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-    env.push_back("PYTHON_EXEC=" COHORT_TORCH_PYTHON);
+    env.push_back("PYTHON_EXEC=" + torch_python());
     Subprocess p(argv, env);
     p.close_stdin();
     RunResult r;

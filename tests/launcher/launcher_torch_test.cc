@@ -100,7 +100,7 @@ TEST_F(LauncherTest, TwoStaticNodesRunAGlooJob) {
                       "--master-addr", "127.0.0.1", "--master-port", port},
                      {kInterop + "gloo_worker.py"});
   };
-  std::vector<std::string> env{"PYTHON_EXEC=" COHORT_TORCH_PYTHON};
+  std::vector<std::string> env{"PYTHON_EXEC=" + torch_python()};
   Subprocess n0(node(0), env), n1(node(1), env);
   auto s0 = n0.wait(180s), s1 = n1.wait(180s);
   ASSERT_TRUE(s0 && s1);

@@ -26,7 +26,7 @@
 #include "../common/require_gpu.h"
 #include "cohort/rdzv/memory_store.h"
 #include "cohort/train/cnn.h"
-#include "cohort/train/cuda_error.h"
+#include "cohort/error.h"
 #include "cohort/train/device.h"
 #include "cohort/train/fmnist_trainer.h"
 #include "cohort/train/gpt.h"

@@ -12,19 +12,17 @@
 #include <string>
 #include <vector>
 
-#include "cohort/sampler.h"
 #include "../common/free_port.h"
+#include "../common/torch_python.h"
+#include "cohort/sampler.h"
 #include "process_harness.h"
 
 namespace cohort {
 namespace {
 
 using cohort::testing::free_port;
-
-bool torch_available() {
-  const std::string cmd = std::string(COHORT_TORCH_PYTHON) + " -c 'import torch' 2>/dev/null";
-  return std::system(cmd.c_str()) == 0;
-}
+using cohort::testing::torch_bin_dir;
+using cohort::testing::torch_python;
 
 // Live comparison with /usr/bin/python3's torch for a full Fashion-MNIST-sized epoch.
 TEST(DistributedSamplerInterop, MatchesLivePyTorchOnLargeDatasets) {
@@ -34,13 +32,14 @@ TEST(DistributedSamplerInterop, MatchesLivePyTorchOnLargeDatasets) {
       "s = D(range(60000), num_replicas=3, rank=2, shuffle=True, seed=2024)\n"
       "s.set_epoch(11)\n"
       "sys.stdout.write(' '.join(map(str, s)))\n";
-  const std::string cmd = std::string(COHORT_TORCH_PYTHON) + " -c \"" + script + "\" 2>/dev/null";
+  COHORT_REQUIRE_TORCH();
+  const std::string cmd = torch_python() + " -c \"" + script + "\" 2>/dev/null";
   std::unique_ptr<FILE, int (*)(FILE*)> p(::popen(cmd.c_str(), "r"), ::pclose);
   ASSERT_TRUE(p);
   std::vector<size_t> want;
   unsigned long v;
   while (std::fscanf(p.get(), "%lu", &v) == 1) want.push_back(v);
-  if (want.empty()) GTEST_SKIP() << COHORT_TORCH_PYTHON << " cannot import torch";
+  ASSERT_FALSE(want.empty()) << torch_python() << " printed no indices";
   DistributedSampler s(60000, 3, 2, true, 2024);
   s.set_epoch(11);
   EXPECT_EQ(s.indices(), want);
@@ -49,10 +48,8 @@ TEST(DistributedSamplerInterop, MatchesLivePyTorchOnLargeDatasets) {
 // torchrun --nproc_per_node=2 --no_python runtime_test_worker collectives: the Context parses
 // torchrun's environment and reaches the agent's 1.13 store with the 1.13 dialect.
 TEST(TorchrunInterop, WorkerGroupUnderTorchrun) {
-  if (!torch_available()) GTEST_SKIP() << COHORT_TORCH_PYTHON << " cannot import torch";
-  const std::string torchrun =
-      std::string(COHORT_TORCH_PYTHON).substr(0, std::string(COHORT_TORCH_PYTHON).rfind('/')) +
-      "/torchrun";
+  COHORT_REQUIRE_TORCH();
+  const std::string torchrun = torch_bin_dir() + "/torchrun";
   if (::access(torchrun.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << torchrun;
   test::TempDir dir;
   test::Child c = test::spawn(

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "cohort/rdzv/error.h"
+#include "cohort/error.h"
 
 namespace cohort {
 namespace {

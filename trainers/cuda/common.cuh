@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "cohort/train/cuda_error.h"
+#include "cohort/error.h"
 
 namespace cohort::train::cuda {
 

@@ -15,11 +15,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <random>
 
+#include "cohort/base/logging.h"
+#include "cohort/base/net.h"
+#include "cohort/base/random.h"
 #include "cohort/cpu_process_group.h"
 #include "cohort/heartbeat.h"
-#include "cohort/rdzv/logging.h"
 #include "cohort/rdzv/prefix_store.h"
 #include "cpu/algorithms.h"
 #include "cpu/topology.h"
@@ -199,8 +200,7 @@ void CpuProcessGroup::setup(const std::string& my_host, std::vector<std::string>
   host_ids_ = host_ids;
   if (size > 1) {
     if (rank == 0) {
-      std::random_device rd;
-      token_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid());
+      token_ = random_u64();
       store_.set("token", hex(token_));
     } else {
       await(std::vector<std::string>{"token"}, [](size_t) { return 0; });
@@ -518,9 +518,7 @@ std::string ns_inode(const char* path) {
 }  // namespace
 
 std::string default_host_identity() {
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  return std::string(host) + "/" + read_first_line("/proc/sys/kernel/random/boot_id") + "/net" +
+  return hostname() + "/" + read_first_line("/proc/sys/kernel/random/boot_id") + "/net" +
          ns_inode("/proc/self/ns/net") + "/mnt" + ns_inode("/proc/self/ns/mnt");
 }
 
@@ -537,7 +535,8 @@ std::unique_ptr<ProcessGroup> new_cpu_process_group(Context& context,
   if (id.timeout_from_env) o.timeout = id.timeout;
   if (o.listen_host.empty()) o.listen_host = id.socket_addr;
   if (o.listen_host.empty() && id.source != "single") {
-    o.listen_host = detail::local_address_towards(id.master_addr);
+    // Where peers on other hosts reach this one: the interface that routes to the store's host.
+    o.listen_host = local_address_towards(id.master_addr, id.master_port);
   }
   if (o.segment_tag.empty()) {
     o.segment_tag = sanitize(id.run_id) + "-" + std::to_string(id.restart_count);

@@ -4,7 +4,7 @@
 // shm_allreduce_small.cc.
 #include <cstring>
 
-#include "cohort/rdzv/error.h"
+#include "cohort/error.h"
 #include "cpu/algorithms.h"
 
 namespace cohort::detail {

@@ -12,7 +12,7 @@
 #include <fstream>
 #include <utility>
 
-#include "cohort/rdzv/error.h"
+#include "cohort/error.h"
 #include "cpu/shm_sync.h"
 #include "crash_cleanup.h"
 

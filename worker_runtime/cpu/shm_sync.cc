@@ -17,7 +17,7 @@
 #include <immintrin.h>
 #endif
 
-#include "cohort/rdzv/error.h"
+#include "cohort/error.h"
 
 namespace cohort::detail {
 namespace {

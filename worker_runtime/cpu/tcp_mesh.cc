@@ -14,7 +14,8 @@
 #include <cstring>
 #include <utility>
 
-#include "cohort/rdzv/error.h"
+#include "cohort/base/net.h"
+#include "cohort/error.h"
 
 namespace cohort::detail {
 namespace {
@@ -95,9 +96,7 @@ void split_address(const std::string& addr, std::string* host, std::string* port
   if (colon == std::string::npos) throw Error("cohort: malformed peer address '" + addr + "'");
   *host = addr.substr(0, colon);
   *port = addr.substr(colon + 1);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
+  *host = strip_brackets(*host);
 }
 
 // Blocking-with-deadline write/read of a small message on a (non-blocking) socket.
@@ -253,31 +252,6 @@ std::unique_ptr<TcpMesh> TcpMesh::connect(Store& store, const std::string& key_p
     --missing;
   }
   return mesh;
-}
-
-std::string local_address_towards(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0) return "";
-  std::string out;
-  for (addrinfo* ai = res; ai != nullptr && out.empty(); ai = ai->ai_next) {
-    Fd fd(::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-    if (fd.get() < 0 || ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) continue;
-    sockaddr_storage ss{};
-    socklen_t len = sizeof(ss);
-    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) continue;
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (ss.ss_family == AF_INET6) {
-      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof(buf));
-    } else {
-      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof(buf));
-    }
-    out = buf;
-  }
-  ::freeaddrinfo(res);
-  return out;
 }
 
 }  // namespace cohort::detail

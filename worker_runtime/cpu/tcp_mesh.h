@@ -42,8 +42,4 @@ class TcpMesh {
   std::vector<std::unique_ptr<TcpPair>> pairs_;
 };
 
-// The local address of the interface that routes to `host` (no packet is sent), or "" when it
-// cannot be determined: where peers on other hosts can reach this one.
-std::string local_address_towards(const std::string& host);
-
 }  // namespace cohort::detail

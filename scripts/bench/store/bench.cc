@@ -8,8 +8,8 @@
 #include <fstream>
 #include <memory>
 
+#include "cohort/error.h"
 #include "cohort/rdzv/cohortd.h"
-#include "cohort/rdzv/error.h"
 #include "server_process.h"
 #include "wire.h"
 

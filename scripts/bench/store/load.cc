@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "cohort/rdzv/error.h"
+#include "cohort/error.h"
 #include "stats.h"
 #include "wire.h"
 

@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "cohort/rdzv/error.h"
+#include "cohort/error.h"
 
 namespace cohort::bench {
 namespace {

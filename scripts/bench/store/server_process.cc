@@ -12,7 +12,7 @@
 #include <csignal>
 #include <vector>
 
-#include "cohort/rdzv/error.h"
+#include "cohort/error.h"
 
 namespace cohort::bench {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "cohort/rdzv/error.h"
+#include "cohort/error.h"
 
 namespace cohort::bench {
 namespace {

@@ -5,7 +5,7 @@
 //                         TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_RUN_ID (+ COHORT_* extras);
 //   Slurm direct launch:  SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, ... ;
 //   Open MPI:             OMPI_COMM_WORLD_RANK, _LOCAL_RANK, _SIZE, _LOCAL_SIZE.
-// A missing or malformed variable throws cohort::Error naming it and what to set.
+// A missing or malformed variable throws cohort::UsageError naming it and what to set.
 // COHORT_STORE_TOKEN (set by cohortrun --auth-token-file) is presented to a token-protected store.
 //
 // store() is namespaced by run id and restart count ("cohort/<run_id>/<restart>/"), so stale
@@ -30,15 +30,11 @@
 #include <memory>
 #include <string>
 
+#include "cohort/base/environment.h"
 #include "cohort/process_group.h"
 #include "cohort/rdzv/store.h"
 
 namespace cohort {
-
-using EnvMap = std::map<std::string, std::string>;
-
-// The process's environment as a map (for Context::from_env).
-EnvMap current_env();
 
 // The identity of this worker, parsed from the environment without connecting anywhere.
 struct WorkerIdentity {
@@ -59,7 +55,7 @@ struct WorkerIdentity {
   std::string store_dialect = "current";  // "current" or "torch113" (COHORT_STORE_DIALECT)
   std::string socket_addr;                // COHORT_SOCKET_ADDR, "" when unset
 
-  // Parses `env`; throws cohort::Error naming the missing or malformed variable.
+  // Parses `env`; throws cohort::UsageError naming the missing or malformed variable.
   static WorkerIdentity parse(const EnvMap& env);
 };
 

@@ -21,15 +21,10 @@
 #include <string>
 
 #include "cohort/context.h"
+#include "cohort/error.h"
 #include "cohort/process_group.h"
 
 namespace cohort {
-
-// A CUDA runtime call failed; the message names the call, file:line and the CUDA error string.
-class CudaError : public Error {
- public:
-  explicit CudaError(const std::string& what) : Error(what) {}
-};
 
 // A NCCL group of every rank of `context` on device local_rank. Collective call (every rank, same
 // order as its other group creations). `context` must outlive the group. COHORT_TIMEOUT_S

@@ -20,13 +20,13 @@
 #include <string>
 #include <vector>
 
-#include "cohort/rdzv/error.h"
+#include "cohort/error.h"
 #include "cohort/types.h"
 
 namespace cohort {
 
 // A collective failed or timed out. missing_rank() is the global rank that did not answer, or -1.
-class CollectiveError : public Error {
+class CollectiveError : public virtual Error {
  public:
   CollectiveError(const std::string& what, int missing_rank)
       : Error(what), missing_rank_(missing_rank) {}

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cohort/rdzv/error.h"
+#include "cohort/error.h"
 
 namespace cohort {
 

@@ -1,4 +1,4 @@
-#include "cohort/rdzv/logging.h"
+#include "cohort/base/logging.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>

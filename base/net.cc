@@ -1,4 +1,4 @@
-#include "endpoint.h"
+#include "cohort/base/net.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -11,9 +11,11 @@
 #include <cerrno>
 #include <cstring>
 #include <set>
-#include <stdexcept>
 
-namespace cohort::launch {
+#include "cohort/base/parse.h"
+#include "cohort/error.h"
+
+namespace cohort {
 namespace {
 
 std::string numeric(const sockaddr* sa, socklen_t len) {
@@ -36,22 +38,33 @@ std::set<std::string> resolve_all(const std::string& host) {
 
 }  // namespace
 
-std::string Endpoint::to_string() const {
-  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-         std::to_string(port);
+std::string HostPort::to_string() const {
+  return format_host_port(host, port);
 }
 
-Endpoint parse_endpoint(const std::string& text, int default_port) {
-  Endpoint e;
+std::string format_host_port(std::string_view host, int port) {
+  std::string h(host);
+  if (h.find(':') != std::string::npos) h = "[" + h + "]";
+  return h + ":" + std::to_string(port);
+}
+
+std::string strip_brackets(std::string_view host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    return std::string(host.substr(1, host.size() - 2));
+  return std::string(host);
+}
+
+HostPort parse_host_port(std::string_view text_view, int default_port) {
+  const std::string text(text_view);
+  HostPort e;
   e.port = default_port;
   std::string port;
   if (!text.empty() && text[0] == '[') {
     auto close = text.find(']');
-    if (close == std::string::npos) throw std::invalid_argument("'" + text + "': '[' without ']'");
+    if (close == std::string::npos) throw UsageError("'" + text + "': '[' without ']'");
     e.host = text.substr(1, close - 1);
     if (close + 1 < text.size()) {
-      if (text[close + 1] != ':')
-        throw std::invalid_argument("'" + text + "': expected ':' after ']'");
+      if (text[close + 1] != ':') throw UsageError("'" + text + "': expected ':' after ']'");
       port = text.substr(close + 2);
     }
   } else if (std::count(text.begin(), text.end(), ':') > 1) {
@@ -61,33 +74,31 @@ Endpoint parse_endpoint(const std::string& text, int default_port) {
     e.host = text.substr(0, colon);
     if (colon != std::string::npos) port = text.substr(colon + 1);
   }
-  if (e.host.empty()) throw std::invalid_argument("'" + text + "': no host");
+  if (e.host.empty()) throw UsageError("'" + text + "': no host");
   if (!port.empty()) {
-    try {
-      size_t used = 0;
-      e.port = std::stoi(port, &used);
-      if (used != port.size() || e.port < 0 || e.port > 65535) throw std::invalid_argument(port);
-    } catch (const std::exception&) {
-      throw std::invalid_argument("'" + text + "': port '" + port + "' is not 0..65535");
-    }
+    auto v = parse_int64(port);
+    if (!v || *v < 0 || *v > 65535)
+      throw UsageError("'" + text + "': port '" + port + "' is not 0..65535");
+    e.port = static_cast<int>(*v);
   }
   return e;
 }
 
-bool is_loopback_host(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+bool is_loopback_host(std::string_view host) {
+  return host == "localhost" || host.starts_with("127.") || host == "::1" || host == "[::1]";
 }
 
-std::string local_address_towards(const Endpoint& to) {
+std::string local_address_towards(const std::string& host_text, int port) {
+  const std::string host = strip_brackets(host_text);
+  const std::string where = format_host_port(host, port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(to.host.c_str(), std::to_string(to.port).c_str(), &hints, &res);
-  if (rc != 0) {
-    throw std::runtime_error("cannot resolve " + to.to_string() + ": " + ::gai_strerror(rc));
-  }
+  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0) throw IoError("cannot resolve " + where + ": " + ::gai_strerror(rc));
   std::string err = "no address";
+  int code = 0;
   for (addrinfo* ai = res; ai; ai = ai->ai_next) {
     int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) continue;
@@ -99,14 +110,16 @@ std::string local_address_towards(const Endpoint& to) {
       ::freeaddrinfo(res);
       return numeric(reinterpret_cast<sockaddr*>(&local), len);
     }
-    err = std::string(std::strerror(errno)) + " (errno " + std::to_string(errno) + ")";
+    code = errno;
+    err = std::string(std::strerror(code)) + " (errno " + std::to_string(code) + ")";
     ::close(fd);
   }
   ::freeaddrinfo(res);
-  throw std::runtime_error("no route to " + to.to_string() + ": " + err);
+  throw IoError("no route to " + where + ": " + err, code);
 }
 
-bool is_local_host(const std::string& host) {
+bool is_local_host(const std::string& host_text) {
+  const std::string host = strip_brackets(host_text);
   if (is_loopback_host(host)) return true;
   std::set<std::string> targets = resolve_all(host);
   if (targets.empty()) return false;
@@ -124,4 +137,10 @@ bool is_local_host(const std::string& host) {
   return local;
 }
 
-}  // namespace cohort::launch
+std::string hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
+}  // namespace cohort
