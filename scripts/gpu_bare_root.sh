@@ -19,8 +19,10 @@
 #   cuda-<version>-nocublas/  the same without cuBLAS
 #   wheels/                 NCCL and cuBLAS laid out as PyTorch's wheels lay them out
 #   ccache/                 the compiler cache of the builds inside (repeated runs take ~2 min)
-# Environment: CUDA_HOME (default /usr/local/cuda), COHORT_DEBIAN_MIRROR (default
-# http://deb.debian.org/debian), GPU_CHECK_JOBS.
+# Environment: CUDA_HOME (default /usr/local/cuda), COHORT_NCCL_LIBRARY and
+# COHORT_NCCL_INCLUDE_DIR (the NCCL to lay out as a wheel; default the toolkit's; the ctest sets
+# the one CMake found), COHORT_DEBIAN_MIRROR (default http://deb.debian.org/debian),
+# GPU_CHECK_JOBS.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/cohort/bare-root
@@ -102,12 +104,14 @@ if [ "$(cat "$VIEW/.cohort-stamp" 2>/dev/null)" != "$stamp" ]; then
   mkdir -p "$W/nccl/include" "$W/nccl/lib" "$W/cu13/include" "$W/cu13/lib" "$W/nccl-noheader/lib"
   libdir=$(readlink -f "$CUDA_REAL/lib64")
   [ -d "$libdir" ] || libdir=$CUDA_REAL/lib
-  nccl_so=$(readlink -f "$libdir/libnccl.so.2")
-  [ -f "$nccl_so" ] || die "the toolkit at $CUDA_REAL has no libnccl.so.2 to lay out as a wheel"
+  nccl_so=$(readlink -f "${COHORT_NCCL_LIBRARY:-$libdir/libnccl.so.2}")
+  nccl_h=${COHORT_NCCL_INCLUDE_DIR:-$CUDA_REAL/include}/nccl.h
+  [ -f "$nccl_so" ] && [ -f "$nccl_h" ] ||
+    skip "no NCCL to lay out as a wheel ($nccl_so, $nccl_h; set COHORT_NCCL_LIBRARY and _INCLUDE_DIR)"
   ln "$nccl_so" "$W/nccl/lib/libnccl.so.2" 2>/dev/null || cp "$nccl_so" "$W/nccl/lib/libnccl.so.2"
   ln "$nccl_so" "$W/nccl-noheader/lib/libnccl.so.2" 2>/dev/null ||
     cp "$nccl_so" "$W/nccl-noheader/lib/libnccl.so.2"
-  cp "$CUDA_REAL/include/nccl.h" "$W/nccl/include/"
+  cp "$nccl_h" "$W/nccl/include/"
   for f in "$libdir"/libcublas.so.1[0-9] "$libdir"/libcublasLt.so.1[0-9]; do
     real=$(readlink -f "$f")
     ln "$real" "$W/cu13/lib/$(basename "$f")" 2>/dev/null || cp "$real" "$W/cu13/lib/$(basename "$f")"
