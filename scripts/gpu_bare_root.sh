@@ -4,7 +4,8 @@
 # CUDA toolkit bind-mounted minus NCCL, NCCL where PyTorch's wheel puts it (lib/ holds only
 # libnccl.so.2), the working tree read-only, and no network (a network namespace of its own):
 # the build must come from the bundle alone. Then gpu_check --locate-only in the same root with
-# cuBLAS, too, only in a wheel's folder, and with a NCCL that has no header beside it.
+# cuBLAS, too, only in a wheel's folder, and with a NCCL that has no header beside it. The bundle
+# is mounted from the cache (COHORT_GPU_BUNDLE), the tree is never written.
 #
 #   scripts/gpu_bare_root.sh           all of the above; the last line is gpu_check's JSON
 #   scripts/gpu_bare_root.sh --shell   a shell in the root instead, set up the same way
@@ -18,7 +19,8 @@
 #   cuda-<version>/         the toolkit without NCCL, hard links where the file system allows
 #   cuda-<version>-nocublas/  the same without cuBLAS
 #   wheels/                 NCCL and cuBLAS laid out as PyTorch's wheels lay them out
-#   ccache/                 the compiler cache of the builds inside (repeated runs take ~2 min)
+#   gpu-bundle-<hash>/      the bundle scripts/gpu_bundle.sh makes, per version of that script
+#   ccache/                 the compiler cache of the builds inside (a repeated run takes ~20 s)
 # Environment: CUDA_HOME (default /usr/local/cuda), COHORT_NCCL_LIBRARY and
 # COHORT_NCCL_INCLUDE_DIR (the NCCL to lay out as a wheel; default the toolkit's; the ctest sets
 # the one CMake found), COHORT_DEBIAN_MIRROR (default http://deb.debian.org/debian),
@@ -121,16 +123,19 @@ if [ "$(cat "$VIEW/.cohort-stamp" 2>/dev/null)" != "$stamp" ]; then
 fi
 
 # ---- the bundle ----------------------------------------------------------------------------------
-if [ ! -f "$REPO/gpu-bundle/MANIFEST.json" ] ||
-  [ "$REPO/scripts/gpu_bundle.sh" -nt "$REPO/gpu-bundle/MANIFEST.json" ]; then
-  "$REPO/scripts/gpu_bundle.sh" "$REPO/gpu-bundle" >&2
+# Made by this tree's gpu_bundle.sh and kept per version of that script (the tree's own
+# gpu-bundle/, for a GPU machine, is left alone).
+BUNDLE=$CACHE/gpu-bundle-$(sha256sum "$REPO/scripts/gpu_bundle.sh" | cut -c1-12)
+if [ ! -f "$BUNDLE/MANIFEST.json" ]; then
+  rm -rf "$CACHE"/gpu-bundle-*
+  "$REPO/scripts/gpu_bundle.sh" "$BUNDLE" >&2
 fi
 mkdir -p "$CACHE/ccache"
 
 # ---- inside --------------------------------------------------------------------------------------
 # Mount points, made in the root once (mkdir -p is idempotent).
 SITE=opt/torch/.venv/lib/python3.12/site-packages/nvidia
-mkdir -p "$ROOT/src" "$ROOT/ccache" "$ROOT/usr/local/cuda-$CUDA_VER" "$ROOT/$SITE/nccl" \
+mkdir -p "$ROOT/src" "$ROOT/bundle" "$ROOT/ccache" "$ROOT/usr/local/cuda-$CUDA_VER" "$ROOT/$SITE/nccl" \
   "$ROOT/$SITE/cu13" "$ROOT/opt/nccl-noheader"
 ln -sfn "cuda-$CUDA_VER" "$ROOT/usr/local/cuda"
 
@@ -141,10 +146,12 @@ run_inside() {
   local view=$VIEW
   [ "$1" = nocublas ] && view=$VIEW_NOCUBLAS
   unshare --mount --net --propagation private -- bash -euc '
-    R=$1 repo=$2 view=$3 cache=$4 site=$5 ver=$6 jobs=$7
-    shift 7
+    R=$1 repo=$2 view=$3 cache=$4 site=$5 ver=$6 jobs=$7 bundle=$8
+    shift 8
     mount --bind "$repo" "$R/src"
     mount -o remount,bind,ro "$R/src"
+    mount --bind "$bundle" "$R/bundle"
+    mount -o remount,bind,ro "$R/bundle"
     mount --bind "$view" "$R/usr/local/cuda-$ver"
     mount -o remount,bind,ro "$R/usr/local/cuda-$ver"
     mount --bind "$cache/wheels/nvidia/nccl" "$R/$site/nccl"
@@ -156,9 +163,10 @@ run_inside() {
     mount -t tmpfs -o size=8g tmpfs "$R/tmp"
     command -v ip >/dev/null && ip link set lo up
     exec chroot "$R" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root TERM=dumb \
-      CCACHE_DIR=/ccache COHORT_GPU_BUILD_DIR=/tmp/build-gpu \
+      CCACHE_DIR=/ccache COHORT_GPU_BUILD_DIR=/tmp/build-gpu COHORT_GPU_BUNDLE=/bundle \
       GPU_CHECK_JOBS="$jobs" "$@"
-  ' _ "$ROOT" "$REPO" "$view" "$CACHE" "$SITE" "$CUDA_VER" "${GPU_CHECK_JOBS:-$(nproc)}" "${@:2}"
+  ' _ "$ROOT" "$REPO" "$view" "$CACHE" "$SITE" "$CUDA_VER" "${GPU_CHECK_JOBS:-$(nproc)}" \
+    "$BUNDLE" "${@:2}"
 }
 
 if $SHELL_MODE; then

@@ -155,7 +155,8 @@ finish() {
   exit 0
 }
 trap finish EXIT
-trap 'log "interrupted"; [ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null; FAILED=1; exit 1' INT TERM
+trap 'log "interrupted"; [ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null
+  record "{\"error\": \"interrupted by a signal\"}"; FAILED=1; exit 1' INT TERM
 
 command -v python3 >/dev/null || { echo '{"gpu_check": "fail", "error": "no python3"}'; exit 1; }
 record "{\"mode\": \"$MODE\"}"
