@@ -9,6 +9,7 @@
 
 #include <exception>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,9 +17,10 @@
 #include "cohort/rdzv/memory_store.h"
 #include "cohort/train/device.h"
 
+#include "cohort/train/worker.h"
+
 #ifdef COHORT_TRAIN_HAVE_RUNTIME
 #include "cohort/context.h"
-#include "cohort/train/worker.h"
 #endif
 
 namespace cohort::train {
@@ -111,6 +113,19 @@ TEST(GradientPath, ACpuDeviceHasNoGpuIdentity) {
   EXPECT_EQ(cpu->cuda_index(), -1);
   EXPECT_FALSE(machine_id().empty());
   EXPECT_EQ(machine_id(), machine_id());
+}
+
+TEST(GradientPath, AWorkerRejectsAnUnknownDevice) {
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:0x"}) {
+    WorkerOptions o;
+    o.device = bad;
+    try {
+      Worker::start(o);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
 }
 
 #ifdef COHORT_TRAIN_HAVE_RUNTIME
