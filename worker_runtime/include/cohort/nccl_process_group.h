@@ -2,10 +2,11 @@
 // COHORT_HAVE_NCCL is then defined for users of libcohort).
 //
 // Bootstrap: cudaSetDevice(device) (from a Context: the device given, else local_rank modulo the
-// visible devices); rank 0 creates the NCCL unique id and publishes it in the
-// store under "nccl_uid/<run id>/<restart count>/<communicator sequence>", the others wait for it
-// with the store's timeout; the communicator is initialised non-blocking and polled against the
-// group's deadline (research/trainers.md §2.3-2.4).
+// visible devices); rank 0 creates the NCCL unique id and publishes it in the store under
+// "nccl_uid/<run id>/<restart count>/<communicator sequence>" (as PyTorch's ProcessGroupNCCL
+// broadcasts it), the others wait for it with the store's timeout; the communicator is
+// initialised non-blocking (ncclCommInitRankConfig with config.blocking = 0, NCCL >= 2.14) and
+// polled against the group's deadline.
 //
 // Every collective is enqueued on options.cuda_stream (default: the legacy default stream) and the
 // calling thread waits for it, polling the CUDA event and ncclCommGetAsyncError() against the
