@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "../common/require_gpu.h"
+#include "cohort/error.h"
 #include "cohort/rdzv/memory_store.h"
 #include "cohort/train/cnn.h"
-#include "cohort/error.h"
 #include "cohort/train/device.h"
 #include "cohort/train/fmnist_trainer.h"
 #include "cohort/train/gpt.h"
