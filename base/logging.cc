@@ -25,7 +25,18 @@ spdlog::level::level_enum level_from_env(const std::string& default_level) {
   return spdlog::level::info;
 }
 
+constexpr const char* kPattern = "[%Y-%m-%d %H:%M:%S.%e] [%n] [%^%l%$] %v";
+
 }  // namespace
+
+std::shared_ptr<spdlog::logger> private_logger(const std::string& component,
+                                               std::shared_ptr<spdlog::sinks::sink> sink,
+                                               const std::string& default_level) {
+  auto logger = std::make_shared<spdlog::logger>(component, std::move(sink));
+  logger->set_level(level_from_env(default_level));
+  logger->set_pattern(kPattern);
+  return logger;
+}
 
 std::shared_ptr<spdlog::logger> component_logger(const std::string& component,
                                                  const std::string& default_level) {
@@ -34,7 +45,7 @@ std::shared_ptr<spdlog::logger> component_logger(const std::string& component,
   if (auto existing = spdlog::get(component)) return existing;
   auto logger = spdlog::stderr_color_mt(component);
   logger->set_level(level_from_env(default_level));
-  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%n] [%^%l%$] %v");
+  logger->set_pattern(kPattern);
   return logger;
 }
 

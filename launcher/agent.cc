@@ -21,7 +21,6 @@ std::vector<Action> Agent::on_rendezvous_done(const RankAssignment& assignment) 
   failures_.clear();
   outcome_.reset();
   stop_reason_ = StopReason::kNone;
-  published_failure_ = false;
   phase_ = Phase::kRunning;
   out.push_back(action::StartWorkers{assignment});
   return out;
@@ -56,7 +55,6 @@ std::vector<Action> Agent::on_worker_exited(int local_rank, std::optional<Worker
       }
       w = WorkerState::kFailed;
       failures_.push_back(*failure);
-      published_failure_ = true;
       out.push_back(action::PublishFailure{round_, restart_count_, failures_});
       begin_stop(StopReason::kLocalFailure, SIGTERM, &out);
       advance(&out);
@@ -78,7 +76,6 @@ std::vector<Action> Agent::on_worker_hung(int local_rank, WorkerFailure failure)
   if (local_rank < 0 || static_cast<size_t>(local_rank) >= workers_.size()) return out;
   if (workers_[static_cast<size_t>(local_rank)] != WorkerState::kRunning) return out;
   failures_.push_back(std::move(failure));
-  published_failure_ = true;
   out.push_back(action::PublishFailure{round_, restart_count_, failures_});
   begin_stop(StopReason::kLocalFailure, SIGTERM, &out);
   return out;
@@ -95,7 +92,7 @@ std::vector<Action> Agent::on_outcome(int round, const Outcome& outcome) {
       break;
     case Phase::kRendezvous:
       // The job was aborted elsewhere before our workers started.
-      if (outcome.kind == Outcome::kAborted) finish(1, true, &out);
+      if (outcome.kind == Outcome::kAborted) finish(1, true, &out, outcome.detail);
       return out;
     default:
       break;
@@ -124,9 +121,24 @@ std::vector<Action> Agent::on_signal(int sig) {
       advance(&out);
       break;
     default:
-      finish(128 + sig, true, &out);
+      finish(128 + sig, true, &out, signal_name(sig) + " received");
       break;
   }
+  return out;
+}
+
+std::vector<Action> Agent::on_fatal(std::string reason) {
+  std::vector<Action> out;
+  if (phase_ == Phase::kDone || !fatal_reason_.empty()) return out;
+  fatal_reason_ = std::move(reason);
+  out.push_back(action::PublishAbort{round_, fatal_reason_});
+  if (phase_ == Phase::kRunning || phase_ == Phase::kStopping) {
+    if (phase_ == Phase::kRunning) begin_stop(StopReason::kFatal, SIGTERM, &out);
+    if (stop_reason_ != StopReason::kSignal) stop_reason_ = StopReason::kFatal;
+    advance(&out);
+    return out;
+  }
+  finish(1, true, &out, fatal_reason_);
   return out;
 }
 
@@ -136,16 +148,20 @@ std::vector<Action> Agent::on_stop_deadline() {
   return out;
 }
 
-void Agent::finish(int code, bool failed, std::vector<Action>* out) {
+void Agent::finish(int code, bool failed, std::vector<Action>* out, std::string reason) {
   phase_ = Phase::kDone;
-  out->push_back(action::Finish{code, failed, outcome_, failures_});
+  out->push_back(action::Finish{code, failed, outcome_, failures_, std::move(reason), signal_});
 }
 
 void Agent::advance(std::vector<Action>* out) {
   if (phase_ == Phase::kStopping) {
     if (!all_workers_gone()) return;
     if (stop_reason_ == StopReason::kSignal) {
-      finish(128 + signal_, true, out);
+      finish(128 + signal_, true, out, signal_name(signal_) + " received");
+      return;
+    }
+    if (stop_reason_ == StopReason::kFatal) {
+      finish(1, true, out, fatal_reason_);
       return;
     }
     if (!outcome_) return;  // our failure report is on its way to the store

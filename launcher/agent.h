@@ -1,10 +1,12 @@
 // Agent: the node agent's decisions, as a pure state machine.
 //
 // Events come in (rendezvous done, a worker exited or hung, the attempt's outcome was decided in
-// the store, a signal, the stop grace period ended); actions come out (rendezvous, start workers,
-// stop or kill them, publish a failure or a success, finish). The Launcher turns pidfds, pipes,
-// signals, timers and store replies into events and carries the actions out; tests drive the
-// machine directly. No clock, no I/O: times arrive inside events.
+// the store, a signal, the stop grace period ended, a fatal error such as a lost store); actions
+// come out (rendezvous, start workers, stop or kill them, publish a failure or a success, finish).
+// The Launcher turns pidfds, pipes, signals, timers and store replies into events and carries the
+// actions out; tests drive the machine directly. No clock, no I/O: times arrive inside events.
+// It is the launcher's only state machine: every way a job ends goes through Finish, which prints
+// the summary.
 //
 // Policy (torchrun's, made job-wide): the first failure anywhere stops every worker of the round on
 // every node; the round's outcome is decided once in the store, with the job's restart count; the
@@ -23,7 +25,7 @@
 #include <vector>
 
 #include "failure.h"
-#include "static_rendezvous.h"
+#include "round_types.h"
 
 namespace cohort::launch {
 
@@ -64,6 +66,8 @@ struct Finish {
   bool failed;
   std::optional<Outcome> outcome;             // the deciding outcome, when one is known
   std::vector<WorkerFailure> local_failures;  // of the last round
+  std::string reason;  // why this node stopped when no failure says it (a signal, a lost store)
+  int signal = 0;      // the signal that stopped the job, or 0
 };
 }  // namespace action
 
@@ -93,20 +97,23 @@ class Agent {
   std::vector<Action> on_outcome(int round, const Outcome& outcome);
   std::vector<Action> on_signal(int sig);
   std::vector<Action> on_stop_deadline();
+  // This node cannot go on (the store is lost for good, the rendezvous failed, an internal
+  // error): stop the local workers, tell the others, and end the job here with exit code 1.
+  std::vector<Action> on_fatal(std::string reason);
 
   Phase phase() const { return phase_; }
   int round() const { return round_; }
   int restart_count() const { return restart_count_; }
 
  private:
-  enum class StopReason { kNone, kLocalFailure, kRemote, kSignal };
+  enum class StopReason { kNone, kLocalFailure, kRemote, kSignal, kFatal };
   enum class WorkerState { kRunning, kSucceeded, kFailed, kGone };
 
   void begin_stop(StopReason reason, int sig, std::vector<Action>* out);
   bool all_workers_gone() const;
   // Moves on once the workers are gone and the outcome is known.
   void advance(std::vector<Action>* out);
-  void finish(int code, bool failed, std::vector<Action>* out);
+  void finish(int code, bool failed, std::vector<Action>* out, std::string reason = {});
 
   AgentOptions options_;
   Phase phase_ = Phase::kIdle;
@@ -117,7 +124,7 @@ class Agent {
   std::optional<Outcome> outcome_;       // of this round
   StopReason stop_reason_ = StopReason::kNone;
   int signal_ = 0;
-  bool published_failure_ = false;
+  std::string fatal_reason_;
 };
 
 }  // namespace cohort::launch

@@ -44,11 +44,13 @@ WorkerCommand build_worker_command(const LaunchConfig& c,
                                 runs_directly(c.training_script, env));
   if (!direct) {
     auto it = env.find("PYTHON_EXEC");
-    cmd.argv.push_back(it != env.end() && !it->second.empty() ? it->second : "python3");
+    cmd.interpreter = it != env.end() && !it->second.empty() ? it->second : "python3";
+    cmd.argv.push_back(cmd.interpreter);
     cmd.argv.push_back("-u");
     if (c.module) cmd.argv.push_back("-m");
   }
   cmd.argv.push_back(c.training_script);
+  cmd.args_at = cmd.argv.size();
   cmd.argv.insert(cmd.argv.end(), c.training_script_args.begin(), c.training_script_args.end());
   return cmd;
 }

@@ -11,7 +11,9 @@ namespace cohort::launch {
 
 struct WorkerCommand {
   std::vector<std::string> argv;
-  std::string title;  // the entry point's name, for the failure summary ("train.py FAILED")
+  std::string title;        // the entry point's name, for the failure summary ("train.py FAILED")
+  std::string interpreter;  // the Python that runs it ("" for a direct program)
+  size_t args_at = 0;       // index in argv where the script's own arguments begin
 };
 
 // A `.py` script runs as `$PYTHON_EXEC -u script args` (PYTHON_EXEC defaults to python3); -m

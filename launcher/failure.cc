@@ -1,10 +1,15 @@
 #include "failure.h"
-#include "json_text.h"
 
+#include <sys/wait.h>
+
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+
+#include "cohort/base/parse.h"
+#include "json_text.h"
 
 namespace cohort::launch {
 namespace {
@@ -55,6 +60,40 @@ constexpr SignalEntry kSignals[] = {
 };
 
 }  // namespace
+
+WorkerFailure make_failure(const FailureSite& site, int exit_code, std::string reason,
+                           double timestamp) {
+  WorkerFailure f;
+  f.node_rank = site.node_rank;
+  f.local_rank = site.local_rank;
+  f.global_rank = site.global_rank;
+  f.host = site.host;
+  f.pid = site.pid;
+  f.exit_code = exit_code;
+  f.timestamp = timestamp > 0 ? timestamp : wall_clock_now();
+  f.reason = std::move(reason);
+  f.message = f.reason;
+  return f;
+}
+
+ExitDescription describe_exit(int st) {
+  ExitDescription d;
+  if (WIFSIGNALED(st)) {
+    const int sig = WTERMSIG(st);
+    d.failed = true;
+    d.exit_code = -sig;
+    d.reason = "killed by " + signal_name(sig) + " (signal " + std::to_string(sig) + ")";
+  } else if (WIFEXITED(st)) {
+    d.exit_code = WEXITSTATUS(st);
+    d.failed = d.exit_code != 0;
+    d.reason = "exited with code " + std::to_string(d.exit_code);
+  }
+  return d;
+}
+
+double wall_clock_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 std::string to_json(const WorkerFailure& f) {
   return json_text(failure_json(f));
@@ -129,13 +168,8 @@ int signal_number(const std::string& text) {
   std::string name = text;
   while (!name.empty() && name.front() == ' ') name.erase(name.begin());
   while (!name.empty() && name.back() == ' ') name.pop_back();
-  if (!name.empty() && std::isdigit(static_cast<unsigned char>(name[0]))) {
-    try {
-      return std::stoi(name);
-    } catch (const std::exception&) {
-      return 0;
-    }
-  }
+  if (!name.empty() && std::isdigit(static_cast<unsigned char>(name[0])))
+    return parse_int(name, 1, NSIG - 1).value_or(0);
   if (name.rfind("SIG", 0) != 0) name = "SIG" + name;
   for (const auto& s : kSignals)
     if (name == s.name) return s.number;

@@ -37,6 +37,32 @@ struct Outcome {
   std::optional<WorkerFailure> first_failure;  // kFailed: the deciding node's earliest failure
 };
 
+// Where a failure happened: the worker (or node) it is about.
+struct FailureSite {
+  int node_rank = 0;
+  int local_rank = 0;
+  int global_rank = 0;
+  std::string host;
+  int pid = 0;
+};
+
+// The one way to build a failure record: `reason` is also its message until an error file
+// says more. `timestamp` 0 means now.
+WorkerFailure make_failure(const FailureSite& site, int exit_code, std::string reason,
+                           double timestamp = 0);
+
+// A wait status in torchrun's terms: the exit code (-N for signal N) and the reason in words
+// ("exited with code 3", "killed by SIGSEGV (signal 11)"). `failed` is false for exit code 0.
+struct ExitDescription {
+  bool failed = false;
+  int exit_code = 0;
+  std::string reason;
+};
+ExitDescription describe_exit(int wait_status);
+
+// Seconds since the epoch (failures are ordered across nodes by it).
+double wall_clock_now();
+
 std::string to_json(const WorkerFailure& f);
 std::string to_json(const std::vector<WorkerFailure>& fs);
 std::string to_json(const Outcome& o);

@@ -1,24 +1,26 @@
-// JobRendezvous: everything the node agent does through the store, behind one object: hosting the
-// store (static: node 0 on the master port; elastic: whichever agent can bind the endpoint, unless
-// a standalone cohortd already serves it), joining rounds (StaticProtocol or DynamicProtocol),
-// publishing and watching each round's outcome, keep-alives and lost-node detection (elastic), the
-// per-round store that workers use (elastic: hosted by node rank 0), and the exit barrier.
+// JobRendezvous: everything a node agent does through the store, behind one interface with two
+// implementations: StaticJob (static_job.h: a fixed set of node ranks, node 0 hosts the store on
+// the master port, as torchrun's static rendezvous) and ElasticJob (elastic_job.h: MIN:MAX nodes
+// through a c10d endpoint or etcd, rounds that re-form as nodes come and go, keep-alives).
 //
-// All methods run on the launcher's loop thread; blocking store calls go through a StoreBridge.
+// The base class does the bookkeeping both share, through a StoreBridge (store calls off the
+// loop): publishing and watching each round's outcome, failure reports, the exit barrier.
+//
+// Thread safety: the loop's thread only; callbacks run on the loop.
 #pragma once
 
 #include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
+#include <chrono>
+#include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
+#include <vector>
 
-#include "cohort/launch/launch_config.h"
-#include "cohort/rdzv/server.h"
-#include "dynamic_rendezvous.h"
+#include "cohort/base/net.h"
 #include "failure.h"
-#include "static_rendezvous.h"
+#include "loop_clock.h"
+#include "round_types.h"
 #include "store_bridge.h"
 
 namespace spdlog {
@@ -29,20 +31,34 @@ namespace cohort::launch {
 
 class JobRendezvous {
  public:
-  // Resolves how this node takes part. Throws std::runtime_error / std::invalid_argument with a
-  // message for the user (bad endpoint, no route, a loopback address in a multi-node job, a
-  // master port in use).
-  JobRendezvous(asio::io_context& io, const LaunchConfig& config, std::string run_id,
-                std::shared_ptr<spdlog::logger> log);
-  ~JobRendezvous();
+  using Done = std::function<void(std::exception_ptr)>;
 
-  bool elastic() const { return elastic_; }
-  // Where workers find their store for a round: MASTER_ADDR and MASTER_PORT.
-  std::pair<std::string, int> master_for(const RankAssignment& a) const;
+  // `io`, `clock` must outlive it. Every key is scoped to the run ("cohort/<run_id>/").
+  JobRendezvous(asio::io_context& io, LoopClock& clock, std::string run_id,
+                StoreBridge::StoreFactory factory, std::shared_ptr<spdlog::logger> log);
+  virtual ~JobRendezvous();
+  JobRendezvous(const JobRendezvous&) = delete;
+  JobRendezvous& operator=(const JobRendezvous&) = delete;
 
-  using Done = StoreBridge::Done;
-  void join(int after_round, NodeInfo self,
-            std::function<void(std::exception_ptr, RankAssignment)> done);
+  // Where a round's workers find their store: MASTER_ADDR and MASTER_PORT.
+  virtual HostPort worker_store(const RankAssignment& a) const = 0;
+  // Joins the first complete round after `after_round`; done(error, assignment).
+  virtual void join(int after_round, NodeInfo self,
+                    std::function<void(std::exception_ptr, RankAssignment)> done) = 0;
+  // Elastic: beats every keep-alive interval and checks the round's other nodes; a lost node
+  // ends `a.round` as failed (restarts + 1). When this node itself cannot reach the store for a
+  // whole keep-alive period, `on_store_lost` runs (it is cut off: its workers must stop).
+  virtual void start_keep_alive(const RankAssignment& a,
+                                std::function<void(std::string)> on_store_lost) {
+    (void)a;
+    (void)on_store_lost;
+  }
+  virtual void stop_keep_alive() {}
+  // True when this agent hosts the store the other nodes use: it keeps it up (exit barrier)
+  // until they have read the outcome.
+  virtual bool hosts_store() const = 0;
+
+  // The outcome of `round`, once decided (replaces the previous watch).
   void watch_outcome(int round, std::function<void(Outcome)> on_outcome,
                      std::function<void(std::string)> on_error);
   void publish_failure(int round, int node_rank, int restart_count,
@@ -51,49 +67,21 @@ class JobRendezvous {
   void publish_abort(int round, int node_rank, std::string detail, Done done);
   void collect_failures(int round, int nnodes,
                         std::function<void(std::exception_ptr, std::vector<WorkerFailure>)> done);
-  // Counts this node out; the agent that hosts the rendezvous store waits for the others.
+  // Counts this node out; when it hosts the store, waits up to `timeout` for the others.
   void exit_barrier(int round, int nnodes, std::chrono::milliseconds timeout, Done done);
 
-  // Elastic: beats every keep-alive interval and checks the round's other nodes; a lost node
-  // ends `a.round` as failed (restarts + 1). When this node itself cannot reach the store for a
-  // whole keep-alive period, `on_store_lost` runs (it is cut off: its workers must stop).
-  // No-op for the static rendezvous.
-  void start_keep_alive(const RankAssignment& a, std::function<void(std::string)> on_store_lost);
-  void stop_keep_alive();
-
-  const std::string& node_id() const { return node_id_; }
-  const std::string& advertised_address() const { return advertised_; }
-
- private:
-  void keep_alive_tick();
-  // Applies --auth-token-file and --allow-unauthenticated-from to a store we host.
-  void secure(rdzv::StoreServerOptions* so) const;
-
-  const LaunchConfig& config_;
+ protected:
+  StoreBridge& bridge() { return *bridge_; }
+  // Interrupts and joins the bridge's threads. Derived classes whose members the store thread
+  // touches call it first in their destructors.
+  void stop_bridge() { bridge_.reset(); }
+  asio::io_context& io_;
+  LoopClock& clock_;
   std::string run_id_;
   std::shared_ptr<spdlog::logger> log_;
-  bool elastic_ = false;
-  DynamicConfig dynamic_;
-  std::unique_ptr<RendezvousProtocol> protocol_;
-  std::unique_ptr<rdzv::StoreServerThread> hosted_;  // the rendezvous store, when we host it
-  bool hosts_store_ = false;
-  std::string master_addr_;  // static: workers' store
-  int master_port_ = 0;
-  std::string advertised_;
-  std::string node_id_;
+
+ private:
   std::unique_ptr<StoreBridge> bridge_;
-
-  std::mutex worker_store_mu_;  // the worker store is made on the bridge's thread
-  std::unique_ptr<rdzv::StoreServerThread> worker_store_;  // elastic, node rank 0
-
-  asio::steady_timer keep_alive_timer_;
-  std::shared_ptr<LivenessMonitor> liveness_;  // used on the bridge's thread
-  RankAssignment alive_round_;
-  bool keep_alive_on_ = false;
-  bool lost_reported_ = false;
-  bool beat_in_flight_ = false;
-  std::chrono::steady_clock::time_point last_beat_ok_;
-  std::function<void(std::string)> on_store_lost_;
 };
 
 }  // namespace cohort::launch

@@ -4,8 +4,12 @@
 #include <dlfcn.h>
 #include <sched.h>
 
+#include <fstream>
 #include <sstream>
-#include <stdexcept>
+#include <string_view>
+
+#include "cohort/base/parse.h"
+#include "cohort/error.h"
 
 namespace cohort::launch {
 
@@ -20,6 +24,13 @@ int cpu_count() {
 }
 
 namespace {
+
+std::string read_first_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
 
 int count_visible_devices(const std::string& list) {
   if (list.empty() || list == "-1") return 0;
@@ -68,29 +79,59 @@ int gpu_count(const std::map<std::string, std::string>& env) {
   return count_driver_gpus();
 }
 
+int xpu_count(const std::map<std::string, std::string>& env, const std::string& sysfs) {
+  auto it = env.find("ZE_AFFINITY_MASK");
+  if (it != env.end() && !it->second.empty()) {
+    int n = 0;
+    std::stringstream ss(it->second);
+    std::string item;
+    while (std::getline(ss, item, ','))
+      if (!item.empty()) ++n;
+    return n;
+  }
+  const std::string drm = sysfs + "/class/drm";
+  DIR* d = ::opendir(drm.c_str());
+  if (d == nullptr) return 0;
+  int n = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (std::string_view(e->d_name).rfind("renderD", 0) != 0) continue;
+    const std::string dev = drm + "/" + e->d_name + "/device/";
+    if (read_first_line(dev + "vendor") == "0x8086" &&
+        read_first_line(dev + "class").rfind("0x0380", 0) == 0)
+      ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
 int resolve_nproc_per_node(const std::string& spec, const std::map<std::string, std::string>& env) {
   if (spec == "cpu") return cpu_count();
   if (spec == "gpu") {
     int n = gpu_count(env);
     if (n == 0) {
-      throw std::invalid_argument(
+      throw UsageError(
           "--nproc-per-node gpu: no GPU found (no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides "
           "them); give a number or use 'auto'");
     }
     return n;
   }
+  if (spec == "xpu") {
+    int n = xpu_count(env);
+    if (n == 0) {
+      throw UsageError(
+          "--nproc-per-node xpu: no Intel GPU found (no data-center GPU among /sys/class/drm's "
+          "render nodes, and ZE_AFFINITY_MASK is not set); give a number or use 'auto'");
+    }
+    return n;
+  }
   if (spec == "auto") {
     int n = gpu_count(env);
+    if (n == 0) n = xpu_count(env);
     return n > 0 ? n : cpu_count();
   }
-  try {
-    size_t used = 0;
-    int n = std::stoi(spec, &used);
-    if (used == spec.size() && n >= 1) return n;
-  } catch (const std::exception&) {
-  }
-  throw std::invalid_argument("--nproc-per-node must be a number >= 1, cpu, gpu or auto (got '" +
-                              spec + "')");
+  if (auto n = parse_int(spec, 1, 1 << 16)) return *n;
+  throw UsageError("--nproc-per-node must be a number >= 1, cpu, gpu, xpu or auto (got '" + spec +
+                   "')");
 }
 
 }  // namespace cohort::launch

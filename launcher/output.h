@@ -1,7 +1,10 @@
-// Workers' output: pipes read on the event loop, split into whole lines, and routed to the
-// console (with torchrun's "[default0]:" prefix when teeing), to per-worker log files, and into a
-// tail kept for the failure summary. Only whole lines are written, by one thread, so output of
-// different workers never interleaves mid-line.
+// Workers' output: a pump per piped stream, read on the event loop and routed to the console
+// (ConsoleStream, console.h: raw, or with torchrun's "[default0]:" prefix at the start of each
+// line), to the worker's log file under --log-dir, and into a tail kept for the failure summary.
+//
+// Bytes reach the console as they arrive: a partial line (a prompt, a progress bar that redraws
+// with '\r') is not held back for its newline. With a prefix, each line (and each '\r' redraw)
+// starts with it.
 #pragma once
 
 #include <asio/io_context.hpp>
@@ -10,8 +13,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace cohort::launch {
+
+class ConsoleStream;
 
 // The last lines of a stream (at most `max_lines`, and about `max_bytes`).
 class TailBuffer {
@@ -41,34 +48,73 @@ class LineSplitter {
   std::string partial_;
 };
 
-struct OutputRoute {
-  int console_fd = -1;         // where console copies go (1 or 2), or -1 for none
-  std::string prefix;          // prepended to console copies, e.g. "[default0]:"
-  int file_fd = -1;            // log file, owned by the pump
-  TailBuffer* tail = nullptr;  // must outlive the pump
+// What a terminal would show of a line that redraws itself with '\r': the text after the last
+// '\r' (a trailing '\r' ignored).
+std::string_view last_redraw(std::string_view line);
+
+// A file that collects, from every worker of an attempt, the lines matching any of `needles`
+// (--duplicate-stdout-filters / --duplicate-stderr-filters: <attempt>/filtered_stdout.log), each
+// whole and with its worker's console prefix.
+class FilteredLog {
+ public:
+  // Creates `path`; throws IoError when it cannot.
+  FilteredLog(const std::string& path, std::vector<std::string> needles);
+  ~FilteredLog();
+  FilteredLog(const FilteredLog&) = delete;
+  FilteredLog& operator=(const FilteredLog&) = delete;
+  // Writes "<prefix><line>\n" when the line contains a needle.
+  void offer(std::string_view prefix, std::string_view line);
+
+ private:
+  int fd_ = -1;
+  std::vector<std::string> needles_;
 };
 
-// Reads one pipe until EOF. Owns the descriptor and the log file.
+struct PumpRoute {
+  ConsoleStream* console = nullptr;       // must outlive the pump; null: not on the console
+  std::string prefix;                     // console copies start each line with it ("": raw)
+  int file_fd = -1;                       // log file (every byte), owned by the pump
+  bool keep_tail = false;                 // keep the last lines for the failure summary
+  std::shared_ptr<FilteredLog> filtered;  // lines matching its needles also go there
+  std::string filtered_prefix;            // the prefix of those lines
+};
+
+// Reads one pipe or pseudo-terminal until EOF. Owns the descriptor and the log file, and its
+// tail, so that nothing it touches can go away under a pending read: the owner calls stop()
+// (the worker's group ended, or it restarts) and the pump then never calls back again.
 class StreamPump : public std::enable_shared_from_this<StreamPump> {
  public:
-  StreamPump(asio::io_context& io, int fd, OutputRoute route, std::function<void()> on_eof);
+  // Starts reading `fd`; `on_eof` runs once, on the loop, when the stream ends (EOF, or EIO on a
+  // pseudo-terminal whose slave side closed).
+  static std::shared_ptr<StreamPump> start(asio::io_context& io, int fd, PumpRoute route,
+                                           std::function<void()> on_eof);
+  StreamPump(asio::io_context& io, int fd, PumpRoute route, std::function<void()> on_eof);
   ~StreamPump();
-  void start();
+
+  // Closes the stream without waiting for its end; on_eof does not run.
+  void stop();
+  bool at_eof() const { return eof_; }
+  const TailBuffer& tail() const { return tail_; }
 
  private:
   void read();
-  void emit(std::string_view line);
+  void deliver(std::string_view bytes);
+  void on_line(std::string_view line);
+  void to_console(std::string_view bytes);
 
   asio::posix::stream_descriptor pipe_;
-  OutputRoute route_;
+  PumpRoute route_;
   std::function<void()> on_eof_;
   LineSplitter splitter_;
-  std::string out_;  // assembly buffer for one line
+  TailBuffer tail_;
+  bool at_line_start_ = true;  // the console copy's next byte starts a line
+  bool eof_ = false;
+  bool stopped_ = false;
+  std::string out_;  // assembly buffer for prefixed console copies
   char buf_[16384];
 };
 
-// write(2) all of `data`, retrying on EINTR and short writes; errors are dropped (a closed
-// console must not stop the job).
+// write(2) all of `data`, retrying on EINTR and short writes; errors are dropped.
 void write_fully(int fd, std::string_view data);
 
 }  // namespace cohort::launch

@@ -3,20 +3,28 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
-#include <system_error>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cohort/error.h"
 
 namespace cohort::launch {
 namespace {
 
-void make_pipe(int fds[2]) {
-  if (::pipe2(fds, O_CLOEXEC) != 0)
-    throw std::system_error(errno, std::generic_category(), "pipe2");
+[[noreturn]] void fail(const char* call) {
+  int e = errno;
+  throw IoError(std::string(call) + ": " + std::strerror(e), e);
 }
 
 void close_fd(int& fd) {
@@ -24,16 +32,66 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
+// The two ends of a stream: [0] read by cohortrun, [1] the worker's.
+struct Ends {
+  int read = -1;
+  int write = -1;
+  ~Ends() {
+    close_fd(read);
+    close_fd(write);
+  }
+};
+
+void make_pipe(Ends* e) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) fail("pipe2");
+  e->read = fds[0];
+  e->write = fds[1];
+}
+
+// A pseudo-terminal: the worker writes to the slave, cohortrun reads the master. Output
+// processing is off (no "\n" -> "\r\n"), so logs and the tail see what the worker wrote; the
+// window size is that of cohortrun's terminal, so progress bars get its width.
+void make_pty(Ends* e) {
+  int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0) fail("posix_openpt");
+  e->read = master;
+  if (::grantpt(master) != 0 || ::unlockpt(master) != 0) fail("grantpt");
+  char name[128];
+  if (::ptsname_r(master, name, sizeof(name)) != 0) fail("ptsname_r");
+  int slave = ::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (slave < 0) fail("open (pty slave)");
+  e->write = slave;
+  termios t{};
+  if (::tcgetattr(slave, &t) == 0) {
+    t.c_oflag &= ~static_cast<tcflag_t>(OPOST);
+    t.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+    ::tcsetattr(slave, TCSANOW, &t);
+  }
+  winsize ws{};
+  for (int fd : {STDERR_FILENO, STDOUT_FILENO}) {
+    if (::ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
+      ::ioctl(slave, TIOCSWINSZ, &ws);
+      break;
+    }
+  }
+}
+
+void make_stream(StreamMode mode, Ends* e) {
+  if (mode == StreamMode::kPipe) make_pipe(e);
+  if (mode == StreamMode::kPty) make_pty(e);
+}
+
 int pidfd_open(pid_t pid) {
   return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 }
 
 // After fork, in the child: only async-signal-safe calls until exec.
-[[noreturn]] void child(const SpawnRequest& req, char* const* argv, char* const* envp, pid_t parent,
-                        int out_w, int err_w, int hb_w) {
+[[noreturn]] void child(char* const* argv, char* const* envp, pid_t parent, int out_w, int err_w,
+                        int hb_w, const int* inherit, size_t n_inherit) {
   // Signals are blocked (the parent forked with all of them blocked): reset cohortrun's handlers
-  // first, so that a stop signal arriving now takes its default effect once unblocked, instead of
-  // running cohortrun's handler in the child.
+  // and ignored signals (SIGPIPE) first, so that a signal arriving now takes its default effect
+  // once unblocked, and the worker starts with the dispositions a shell would give it.
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     ::signal(sig, SIG_DFL);
@@ -47,43 +105,34 @@ int pidfd_open(pid_t pid) {
   if (out_w >= 0) ::dup2(out_w, STDOUT_FILENO);
   if (err_w >= 0) ::dup2(err_w, STDERR_FILENO);
   if (hb_w >= 0) ::fcntl(hb_w, F_SETFD, 0);  // keep the heartbeat pipe across exec
+  for (size_t i = 0; i < n_inherit; ++i) ::fcntl(inherit[i], F_SETFD, 0);
   ::execvpe(argv[0], argv, envp);
   int e = errno;
   const char* msg1 = "cohortrun: cannot execute '";
   const char* msg2 = "': ";
   const char* why = ::strerror(e);  // not strictly async-signal-safe; harmless here
-  ::write(STDERR_FILENO, msg1, ::strlen(msg1));
-  ::write(STDERR_FILENO, argv[0], ::strlen(argv[0]));
-  ::write(STDERR_FILENO, msg2, ::strlen(msg2));
-  ::write(STDERR_FILENO, why, ::strlen(why));
-  ::write(STDERR_FILENO, "\n", 1);
-  (void)req;
+  (void)!::write(STDERR_FILENO, msg1, ::strlen(msg1));
+  (void)!::write(STDERR_FILENO, argv[0], ::strlen(argv[0]));
+  (void)!::write(STDERR_FILENO, msg2, ::strlen(msg2));
+  (void)!::write(STDERR_FILENO, why, ::strlen(why));
+  (void)!::write(STDERR_FILENO, "\n", 1);
   ::_exit(127);
 }
 
 }  // namespace
 
 SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
-  int out[2] = {-1, -1}, err[2] = {-1, -1}, hb[2] = {-1, -1};
-  SpawnedProcess p;
-  try {
-    if (req.pipe_stdout) make_pipe(out);
-    if (req.pipe_stderr) make_pipe(err);
-    if (req.heartbeat) {
-      make_pipe(hb);
-      // The worker must never block on a beat: a full pipe just drops it.
-      ::fcntl(hb[1], F_SETFL, ::fcntl(hb[1], F_GETFL) | O_NONBLOCK);
-    }
-  } catch (...) {
-    for (int* fds : {out, err, hb}) {
-      close_fd(fds[0]);
-      close_fd(fds[1]);
-    }
-    throw;
+  Ends out, err, hb;
+  make_stream(req.out, &out);
+  make_stream(req.err, &err);
+  if (req.heartbeat) {
+    make_pipe(&hb);
+    // The worker must never block on a beat: a full pipe just drops it.
+    ::fcntl(hb.write, F_SETFL, ::fcntl(hb.write, F_GETFL) | O_NONBLOCK);
   }
   // Everything the child needs is built before fork: no allocation after it.
   std::vector<std::string> env = req.env;
-  if (hb[1] >= 0) env.push_back("COHORT_HEARTBEAT_FD=" + std::to_string(hb[1]));
+  if (hb.write >= 0) env.push_back("COHORT_HEARTBEAT_FD=" + std::to_string(hb.write));
   std::vector<char*> argv, envp;
   for (const auto& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -96,33 +145,44 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
   pid_t pid = ::fork();
   if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (pid < 0) {
-    int e = errno;
-    for (int* fds : {out, err, hb}) {
-      close_fd(fds[0]);
-      close_fd(fds[1]);
-    }
-    throw std::system_error(e, std::generic_category(), "fork");
+  if (pid < 0) fail("fork");
+  if (pid == 0) {
+    child(argv.data(), envp.data(), parent, out.write, err.write, hb.write, req.inherit_fds.data(),
+          req.inherit_fds.size());
   }
-  if (pid == 0) child(req, argv.data(), envp.data(), parent, out[1], err[1], hb[1]);
 
   ::setpgid(pid, pid);  // also from the parent, so the group exists before we ever signal it
-  close_fd(out[1]);
-  close_fd(err[1]);
-  close_fd(hb[1]);
+  close_fd(out.write);
+  close_fd(err.write);
+  close_fd(hb.write);
+  SpawnedProcess p;
   p.pid = pid;
   p.pidfd = pidfd_open(pid);
   if (p.pidfd < 0) {
     int e = errno;
     ::kill(pid, SIGKILL);
-    throw std::system_error(e, std::generic_category(),
-                            "pidfd_open (cohortrun needs Linux 5.3 or later)");
+    ::waitpid(pid, nullptr, 0);
+    throw IoError(
+        std::string("pidfd_open: ") + std::strerror(e) + " (cohortrun needs Linux 5.3 or later)",
+        e);
   }
   ::fcntl(p.pidfd, F_SETFD, FD_CLOEXEC);
-  p.stdout_fd = out[0];
-  p.stderr_fd = err[0];
-  p.heartbeat_fd = hb[0];
+  p.stdout_fd = std::exchange(out.read, -1);
+  p.stderr_fd = std::exchange(err.read, -1);
+  p.heartbeat_fd = std::exchange(hb.read, -1);
   return p;
+}
+
+int PosixSpawner::reap(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return 0;  // already reaped (cannot happen: we reap each worker once)
+  }
+  return status;
+}
+
+void PosixSpawner::kill_group(pid_t pgid, int sig) {
+  if (pgid > 0) ::kill(-pgid, sig);
 }
 
 }  // namespace cohort::launch

@@ -14,12 +14,23 @@
 
 namespace cohort::launch {
 
+// How a worker's standard output or error is connected.
+enum class StreamMode {
+  kInherit,  // cohortrun's own descriptor (the terminal, a file, a pipe)
+  kPipe,     // a pipe cohortrun reads
+  kPty,      // a pseudo-terminal cohortrun reads: isatty() holds for the worker (needs a
+             // terminal on cohortrun's side to make sense; see console.h)
+};
+
 struct SpawnRequest {
   std::vector<std::string> argv;  // argv[0] is looked up on PATH
   std::vector<std::string> env;   // "KEY=VALUE"; the whole environment of the worker
-  bool pipe_stdout = false;       // else the worker writes to cohortrun's stdout directly
-  bool pipe_stderr = true;
+  StreamMode out = StreamMode::kInherit;
+  StreamMode err = StreamMode::kPipe;
   bool heartbeat = true;  // a pipe whose write end the worker finds in COHORT_HEARTBEAT_FD
+  // Descriptors the worker inherits at the same numbers (close-on-exec cleared), e.g. a token
+  // file descriptor. The caller keeps ownership.
+  std::vector<int> inherit_fds;
 };
 
 struct SpawnedProcess {
@@ -33,15 +44,22 @@ struct SpawnedProcess {
 class ProcessSpawner {
  public:
   virtual ~ProcessSpawner() = default;
-  // Starts the process; the caller owns the returned descriptors. Throws std::system_error.
-  // A program that cannot be executed is reported by the child: it prints why on its stderr and
-  // exits with 127, as a shell does.
+  // Starts the process; the caller owns the returned descriptors. Throws IoError naming the
+  // failed call. A program that cannot be executed is reported by the child: it prints why on
+  // its stderr and exits with 127, as a shell does.
   virtual SpawnedProcess spawn(const SpawnRequest& request) = 0;
+  // Collects the exit status of `pid` (waitpid). REQUIRES: its pidfd became readable.
+  virtual int reap(pid_t pid) = 0;
+  // Sends `sig` to the process group `pgid` (each worker leads its own); errors are ignored (the
+  // group may be gone).
+  virtual void kill_group(pid_t pgid, int sig) = 0;
 };
 
 class PosixSpawner final : public ProcessSpawner {
  public:
   SpawnedProcess spawn(const SpawnRequest& request) override;
+  int reap(pid_t pid) override;
+  void kill_group(pid_t pgid, int sig) override;
 };
 
 }  // namespace cohort::launch

@@ -1,40 +1,57 @@
-// Reaper: the second line of defence against orphaned workers.
+// The lines of defence against workers and their descendants outliving cohortrun.
 //
-// Workers die with cohortrun through their parent-death signal, but a worker's own children do
-// not. The reaper is a small process forked at start-up (before any thread exists) that learns
-// every worker's process group through a pipe. When the pipe closes without a goodbye, cohortrun
-// is gone (even by SIGKILL): the reaper SIGKILLs every group it still knows, then exits. It
-// ignores the terminal's signals, so a Ctrl-C that reaches the whole foreground group does not
-// take it down before it has done its job.
+// 1. Every worker leads a process group of its own, killed whole when it exits or is stopped,
+//    and has the parent-death signal SIGKILL (process_spawner.h).
+// 2. cohortrun is the child subreaper of its descendants: those that escape their group come
+//    back to it and die with the group (descendants.h).
+// 3. The Reaper, a small process forked at start-up, outlives a cohortrun killed by SIGKILL: when
+//    its pipe to cohortrun closes without a goodbye, it SIGKILLs every worker group it was told
+//    about, then every process that still carries this agent's COHORT_AGENT_ID, until none is
+//    left. It ignores the terminal's signals, so a Ctrl-C that reaches the whole foreground group
+//    does not take it down before it has done its job.
+// 4. When even the reaper died (kill -9 of the whole process group), the next cohortrun's
+//    sweep_orphans() finds what was left: each agent leaves a lease file while it runs, removed
+//    when it (or its reaper) has cleaned up, so a lease whose agent is dead proves an unclean
+//    death, and only processes carrying that agent's id, in this pid namespace, started after it,
+//    are killed. Nothing it cannot prove is its own: an agent that exited normally left no lease,
+//    and jobs in other pid namespaces (containers) have ids the sweep does not claim.
 #pragma once
 
 #include <sys/types.h>
+
+#include <string>
 
 namespace cohort::launch {
 
 class Reaper {
  public:
-  // Forks the reaper. REQUIRES: no other thread exists yet. On failure the reaper is simply
-  // absent (the parent-death signal remains).
+  // Forks the reaper and writes this agent's lease. REQUIRES: no other thread exists yet. On
+  // failure the reaper is simply absent (the other lines remain).
   Reaper();
-  ~Reaper();  // says goodbye: the reaper exits without killing anything
+  ~Reaper();  // says goodbye: the reaper exits without killing anything; the lease goes
   Reaper(const Reaper&) = delete;
   Reaper& operator=(const Reaper&) = delete;
 
   void watch(pid_t pgid);
   void forget(pid_t pgid);
   bool active() const { return fd_ >= 0; }
+  pid_t pid() const { return pid_; }
 
  private:
   int fd_ = -1;
   pid_t pid_ = -1;
+  std::string lease_;
 };
 
-// Kills (SIGKILL) processes left by earlier cohortrun agents that died without cleaning up:
-// those whose COHORT_AGENT_ID names an agent that no longer exists. Returns how many.
+// "<pid>:<start time>:<pid namespace>" of this process: the value of COHORT_AGENT_ID for its
+// workers, unique on this machine.
+const std::string& agent_id();
+
+// Kills (SIGKILL) what agents that died uncleanly left behind (see the file comment). Returns
+// how many processes.
 int sweep_orphans();
 
-// "<pid>:<start time>" of this process, the value of COHORT_AGENT_ID for its workers.
-const char* agent_id();
+// Where leases live: $COHORT_LEASE_DIR, else /tmp/cohort-agents-<uid> (tests point it elsewhere).
+std::string lease_dir();
 
 }  // namespace cohort::launch

@@ -1,6 +1,29 @@
 #include "round_ops.h"
 
-namespace cohort::launch::round_ops {
+namespace cohort::launch {
+
+namespace keys {
+std::string run_prefix(const std::string& run_id) {
+  return "cohort/" + run_id;
+}
+std::string node(int round, int node_rank) {
+  return "round/" + std::to_string(round) + "/node/" + std::to_string(node_rank);
+}
+std::string done_count(int round) {
+  return "round/" + std::to_string(round) + "/done";
+}
+std::string outcome(int round) {
+  return "round/" + std::to_string(round) + "/outcome";
+}
+std::string failures(int round, int node_rank) {
+  return "round/" + std::to_string(round) + "/failures/" + std::to_string(node_rank);
+}
+std::string exit_count(int round) {
+  return "round/" + std::to_string(round) + "/exit";
+}
+}  // namespace keys
+
+namespace round_ops {
 
 std::vector<NodeInfo> exchange_node_info(Store& store, int round, const NodeInfo& self, int nnodes,
                                          std::chrono::milliseconds timeout) {
@@ -93,4 +116,5 @@ void exit_barrier(Store& store, int round, int nnodes, bool wait_for_all,
   }
 }
 
-}  // namespace cohort::launch::round_ops
+}  // namespace round_ops
+}  // namespace cohort::launch

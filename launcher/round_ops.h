@@ -1,17 +1,32 @@
 // The per-round bookkeeping every node agent does in the store, whichever rendezvous formed the
-// round: node records, the round's outcome (decided once, by compare_set), failure reports, the
-// success count and the exit barrier. Keys are those of keys:: in static_rendezvous.h, relative to
-// the run's prefix. Every function blocks; StoreBridge runs them on its thread.
+// round: node records, the round's outcome (decided once, by compare_set: the first node to report
+// a failure, or the last to report success, decides it), failure reports, the success count and
+// the exit barrier. Every key lives under the run's prefix, "cohort/<run_id>/" (keys::run_prefix),
+// so co-located jobs never mix. Every function blocks; StoreBridge runs them on its thread.
 #pragma once
 
 #include <chrono>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "cohort/rdzv/store.h"
 #include "failure.h"
-#include "static_rendezvous.h"
+#include "round_types.h"
 
-namespace cohort::launch::round_ops {
+namespace cohort::launch {
+
+// Store keys, relative to the run prefix.
+namespace keys {
+std::string run_prefix(const std::string& run_id);  // "cohort/<run_id>"
+std::string node(int round, int node_rank);
+std::string done_count(int round);
+std::string outcome(int round);
+std::string failures(int round, int node_rank);
+std::string exit_count(int round);
+}  // namespace keys
+
+namespace round_ops {
 
 // Publishes `self` for `round` and waits (up to `timeout`) for the records of nodes 0..nnodes-1.
 // Throws StoreTimeoutError naming the node ranks that did not report.
@@ -37,4 +52,5 @@ std::vector<WorkerFailure> collect_failures(Store& store, int round, int nnodes)
 void exit_barrier(Store& store, int round, int nnodes, bool wait_for_all,
                   std::chrono::milliseconds timeout);
 
-}  // namespace cohort::launch::round_ops
+}  // namespace round_ops
+}  // namespace cohort::launch

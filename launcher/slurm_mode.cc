@@ -1,20 +1,22 @@
 #include "slurm_mode.h"
 
+#include "cohort/error.h"
 #include "cohort/rdzv/slurm.h"
 
 namespace cohort::launch {
 
-std::string apply_slurm(LaunchConfig* c, const std::map<std::string, std::string>& env,
-                        std::vector<std::string>* notes) {
+void apply_slurm(LaunchConfig* c, const std::map<std::string, std::string>& env,
+                 std::vector<std::string>* notes) {
   std::optional<slurm::SlurmEnv> s;
   try {
     s = slurm::SlurmEnv::from_env(env);
   } catch (const std::exception& e) {
-    return std::string("--slurm: ") + e.what();
+    throw UsageError(std::string("--slurm: ") + e.what());
   }
   if (!s) {
-    return "--slurm needs a Slurm allocation (SLURM_JOB_ID is not set); run it under sbatch, "
-           "salloc or srun, or give --nnodes/--node-rank/--master-addr yourself";
+    throw UsageError(
+        "--slurm needs a Slurm allocation (SLURM_JOB_ID is not set); run it under sbatch, "
+        "salloc or srun, or give --nnodes/--node-rank/--master-addr yourself");
   }
   auto given = [&](const char* flag) { return c->given.contains(flag); };
   if (!s->step_id) {
@@ -35,7 +37,7 @@ std::string apply_slurm(LaunchConfig* c, const std::map<std::string, std::string
     try {
       c->master_addr = c->max_nodes == 1 ? "127.0.0.1" : s->master_address();
     } catch (const std::exception& e) {
-      return std::string("--slurm: ") + e.what();
+      throw UsageError(std::string("--slurm: ") + e.what());
     }
   }
   if (!given("--master-port")) {
@@ -56,7 +58,6 @@ std::string apply_slurm(LaunchConfig* c, const std::map<std::string, std::string
                    std::to_string(c->node_rank) + " of " + std::to_string(c->max_nodes) +
                    ", master " + c->master_addr + ":" + std::to_string(c->master_port) +
                    ", run id " + c->rdzv_id + ", " + c->nproc_per_node + " worker(s) per node");
-  return {};
 }
 
 }  // namespace cohort::launch

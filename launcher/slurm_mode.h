@@ -11,9 +11,9 @@
 namespace cohort::launch {
 
 // Fills nnodes, node rank, master address and port, run id, workers per node and the forwarded
-// signals from Slurm. Returns "" on success, else the message for the user. `notes` receives
+// signals from Slurm. Throws UsageError saying what is missing or malformed. `notes` receives
 // what was derived (for the log) and warnings.
-std::string apply_slurm(LaunchConfig* config, const std::map<std::string, std::string>& env,
-                        std::vector<std::string>* notes);
+void apply_slurm(LaunchConfig* config, const std::map<std::string, std::string>& env,
+                 std::vector<std::string>* notes);
 
 }  // namespace cohort::launch

@@ -4,9 +4,6 @@
 
 #include <asio/post.hpp>
 
-#include "round_ops.h"
-#include "static_rendezvous.h"
-
 namespace cohort::launch {
 
 StoreBridge::StoreBridge(asio::any_io_executor loop, StoreFactory factory, std::string run_prefix)
@@ -16,10 +13,11 @@ StoreBridge::StoreBridge(asio::any_io_executor loop, StoreFactory factory, std::
       watch_generation_(std::make_shared<std::atomic<int>>(0)) {
   ops_worker_.thread = std::thread([this] { work(ops_worker_, "cohort-store"); });
   watch_worker_.thread = std::thread([this] { work(watch_worker_, "cohort-watch"); });
+  urgent_worker_.thread = std::thread([this] { work(urgent_worker_, "cohort-urgent"); });
 }
 
 StoreBridge::~StoreBridge() {
-  for (Worker* w : {&ops_worker_, &watch_worker_}) {
+  for (Worker* w : {&ops_worker_, &watch_worker_, &urgent_worker_}) {
     std::lock_guard lock(w->mu);
     w->stopping = true;
     w->jobs.clear();
@@ -28,12 +26,13 @@ StoreBridge::~StoreBridge() {
   // A watch may be blocked on a key nobody will write any more, or a connect may still wait.
   ++*watch_generation_;
   abandon_ = true;
-  for (Worker* w : {&ops_worker_, &watch_worker_}) {
+  for (Worker* w : {&ops_worker_, &watch_worker_, &urgent_worker_}) {
     std::lock_guard lock(w->conn_mu);
     if (w->conn) w->conn->interrupt();
   }
   ops_worker_.thread.join();
   watch_worker_.thread.join();
+  urgent_worker_.thread.join();
 }
 
 void StoreBridge::work(Worker& w, const char* name) {
@@ -69,10 +68,18 @@ void StoreBridge::submit(Worker& w, Job job) {
 }
 
 void StoreBridge::run(std::function<void(Store&)> op, Done done) {
-  submit(ops_worker_, [this, op = std::move(op), done = std::move(done)] {
+  run_on(ops_worker_, std::move(op), std::move(done));
+}
+
+void StoreBridge::run_urgent(std::function<void(Store&)> op, Done done) {
+  run_on(urgent_worker_, std::move(op), std::move(done));
+}
+
+void StoreBridge::run_on(Worker& w, std::function<void(Store&)> op, Done done) {
+  submit(w, [this, &w, op = std::move(op), done = std::move(done)] {
     std::exception_ptr err;
     try {
-      op(store(ops_worker_));
+      op(store(w));
     } catch (...) {
       err = std::current_exception();
     }
@@ -80,19 +87,19 @@ void StoreBridge::run(std::function<void(Store&)> op, Done done) {
   });
 }
 
-void StoreBridge::watch_outcome(int round, std::function<void(Outcome)> on_outcome,
-                                std::function<void(std::string)> on_error) {
+void StoreBridge::watch(std::string key, std::function<void(std::string)> on_value,
+                        std::function<void(std::string)> on_error) {
   int generation = ++*watch_generation_;
   auto current = watch_generation_;
-  submit(watch_worker_, [this, round, generation, current, on_outcome, on_error] {
+  submit(watch_worker_, [this, key, generation, current, on_value, on_error] {
     if (*current != generation) return;
     try {
       Store& watch = store(watch_worker_);
-      std::vector<std::string> k{keys::outcome(round)};
+      std::vector<std::string> k{key};
       watch.wait(k, std::chrono::hours(24 * 365));
-      Outcome o = outcome_from_json(watch.get(k[0]));
-      asio::post(loop_, [current, generation, on_outcome, o] {
-        if (*current == generation) on_outcome(o);
+      std::string value = watch.get(key);
+      asio::post(loop_, [current, generation, on_value, value = std::move(value)] {
+        if (*current == generation) on_value(value);
       });
     } catch (const std::exception& e) {
       std::string what = e.what();

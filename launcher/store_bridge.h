@@ -2,9 +2,11 @@
 //
 // Store calls block (a rendezvous can wait for minutes), and the loop must keep forwarding output
 // and watching children meanwhile. The bridge owns two threads, each with its own connection made
-// by the factory: "cohort-store" runs operations in order; "cohort-watch" blocks on the outcome
-// key of the current round. Results are posted back to the loop's executor. Joined in the
-// destructor, which interrupts whatever call is still blocked.
+// by the factory: "cohort-store" runs operations in order; "cohort-watch" blocks on one key at a
+// time (watch()); "cohort-urgent" runs what must not queue behind a blocked call (run_urgent():
+// an abort published while a rendezvous still waits). Results are posted back to the loop's
+// executor. The bridge knows nothing of what the keys mean. Joined in the destructor, which
+// interrupts whatever call is still blocked.
 //
 // Thread safety: call the public methods from the loop thread; callbacks run on the loop thread.
 #pragma once
@@ -20,7 +22,6 @@
 #include <thread>
 
 #include "cohort/rdzv/prefix_store.h"
-#include "failure.h"
 
 namespace cohort::launch {
 
@@ -37,6 +38,9 @@ class StoreBridge {
 
   // Runs op(store) on the store thread, then done(error) on the loop.
   void run(std::function<void(Store&)> op, Done done);
+  // The same on a thread and connection of their own, so that it does not wait for the store
+  // thread's current call.
+  void run_urgent(std::function<void(Store&)> op, Done done);
 
   // Runs op(store) on the store thread, then done(error, result) on the loop.
   template <typename T>
@@ -48,9 +52,11 @@ class StoreBridge {
         });
   }
 
-  // Watches the outcome of `round` (replacing any earlier watch, whose callbacks then never run).
-  void watch_outcome(int round, std::function<void(Outcome)> on_outcome,
-                     std::function<void(std::string)> on_error);
+  // Waits (without a deadline) until `key` exists, then posts its value to `on_value`; a store
+  // failure posts its message to `on_error`. Replaces any earlier watch, whose callbacks then
+  // never run.
+  void watch(std::string key, std::function<void(std::string)> on_value,
+             std::function<void(std::string)> on_error);
 
  private:
   using Job = std::function<void()>;
@@ -74,8 +80,11 @@ class StoreBridge {
   std::string run_prefix_;
   std::atomic<bool> abandon_{false};
   std::shared_ptr<std::atomic<int>> watch_generation_;
+  void run_on(Worker& w, std::function<void(Store&)> op, Done done);
+
   Worker ops_worker_;
   Worker watch_worker_;
+  Worker urgent_worker_;
 };
 
 }  // namespace cohort::launch

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "cohort/launch/launch_config.h"
-#include "static_rendezvous.h"
+#include "round_types.h"
 
 namespace cohort::launch {
 

@@ -69,6 +69,11 @@ class Subprocess {
 
   pid_t pid() const { return pid_; }
 
+  // Closes the test's end of the child's stdout (a console that went away).
+  void close_stdout() {
+    if (stdout_ >= 0) ::close(stdout_);
+    stdout_ = -1;
+  }
   void close_stdin() {
     if (stdin_ >= 0) ::close(stdin_);
     stdin_ = -1;

@@ -15,8 +15,16 @@
 //   --hang               then stop beating and sleep forever (subject to --on-rank/--until-attempt)
 //   --trap-term          on SIGTERM write DIR/<rank>.term and exit 0
 //   --trap-usr1          on SIGUSR1 write DIR/<rank>.usr1 and carry on
+//   --escape-chatter S   in the first attempt only, start a descendant that leaves the process
+//                        group (setsid) and writes a line to the inherited stderr every 10 ms for
+//                        S seconds; its pid goes to DIR/<rank>.attempt0.escaped
+//   --escape-daemon      start a daemon the classic way (setsid and a second fork, stdio on
+//                        /dev/null) that sleeps 300 s; its pid goes to DIR/<rank>.attempt<a>.daemon
+//   --lines-done         after --lines, write DIR/<rank>.attempt<a>.lines_done
+// In --stderr TEXT, "{attempt}" becomes TORCHELASTIC_RESTART_COUNT.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -107,6 +115,8 @@ int main(int argc, char** argv) {
   double sleep_s = 0;
   std::string sig, stderr_text, error_msg;
   bool grandchild = false, hang = false, trap_term = false, trap_usr1 = false;
+  bool escape_daemon = false, lines_done = false;
+  double escape_chatter = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -140,6 +150,12 @@ int main(int argc, char** argv) {
       trap_term = true;
     else if (a == "--trap-usr1")
       trap_usr1 = true;
+    else if (a == "--escape-chatter")
+      escape_chatter = std::atof(next().c_str());
+    else if (a == "--escape-daemon")
+      escape_daemon = true;
+    else if (a == "--lines-done")
+      lines_done = true;
     else {
       std::fprintf(stderr, "cohort_test_worker: unknown argument %s\n", a.c_str());
       return 64;
@@ -169,6 +185,40 @@ int main(int argc, char** argv) {
     write_atomically(path("env"), env);
     write_atomically(path("pid"), pids);
   }
+  if (escape_chatter > 0 && g_attempt == 0) {
+    pid_t c = ::fork();
+    if (c == 0) {
+      ::setsid();
+      auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(escape_chatter);
+      while (std::chrono::steady_clock::now() < until) {
+        std::fprintf(stderr, "chatter from an escaped descendant\n");
+        std::fflush(stderr);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      ::_exit(0);
+    }
+    if (!g_out.empty()) write_atomically(path("escaped"), std::to_string(c) + "\n");
+  }
+  if (escape_daemon) {
+    int ready[2];
+    if (::pipe(ready) != 0) return 70;
+    pid_t c = ::fork();
+    if (c == 0) {
+      ::setsid();
+      if (::fork() == 0) {
+        int null = ::open("/dev/null", O_RDWR);
+        for (int fd = 0; fd < 3; ++fd) ::dup2(null, fd);
+        if (!g_out.empty()) write_atomically(path("daemon"), std::to_string(::getpid()) + "\n");
+        (void)!::write(ready[1], "r", 1);
+        for (int i = 0; i < 300; ++i) ::sleep(1);
+        ::_exit(0);
+      }
+      ::_exit(0);
+    }
+    ::waitpid(c, nullptr, 0);
+    char r;
+    (void)!::read(ready[0], &r, 1);  // the daemon has recorded itself
+  }
   if (alloc_mb > 0) {
     // Uncaught std::bad_alloc under ulimit -v: terminate() and SIGABRT, as in a real program.
     std::vector<char> big(static_cast<size_t>(alloc_mb) << 20, 1);
@@ -179,6 +229,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "err line %d\n", i);
   }
   std::fflush(stdout);
+  std::fflush(stderr);
+  if (lines_done && !g_out.empty()) write_atomically(path("lines_done"), "");
 
   int hb = env_int("COHORT_HEARTBEAT_FD", -1);
   for (int i = 0; i < beats && hb >= 0; ++i) {
@@ -191,7 +243,11 @@ int main(int argc, char** argv) {
   }
   if (fail_here && (exit_code != 0 || !sig.empty())) {
     wait_for_peers_records();
-    if (!stderr_text.empty()) std::fprintf(stderr, "%s\n", stderr_text.c_str());
+    if (!stderr_text.empty()) {
+      for (size_t at; (at = stderr_text.find("{attempt}")) != std::string::npos;)
+        stderr_text.replace(at, 9, std::to_string(g_attempt));
+      std::fprintf(stderr, "%s\n", stderr_text.c_str());
+    }
     if (!error_msg.empty()) {
       const char* ef = std::getenv("TORCHELASTIC_ERROR_FILE");
       if (ef != nullptr) {

@@ -8,7 +8,10 @@
 
 namespace spdlog {
 class logger;
+namespace sinks {
+class sink;
 }
+}  // namespace spdlog
 
 namespace cohort {
 
@@ -16,5 +19,12 @@ namespace cohort {
 // "warning", ...) applies when neither LOGLEVEL nor COHORT_LOG_LEVEL is set.
 std::shared_ptr<spdlog::logger> component_logger(const std::string& component,
                                                  const std::string& default_level = "info");
+
+// A logger of its own (not in spdlog's registry) named `component`, writing to `sink`, with the
+// same level rules and line format: for a program that owns where its log lines go (cohortrun's
+// non-blocking console), and for several of them in one process (tests).
+std::shared_ptr<spdlog::logger> private_logger(const std::string& component,
+                                               std::shared_ptr<spdlog::sinks::sink> sink,
+                                               const std::string& default_level = "info");
 
 }  // namespace cohort

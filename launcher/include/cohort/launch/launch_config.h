@@ -24,17 +24,24 @@ struct StreamSpec {
   }
 };
 
+// --rdzv-backend: static (torchrun's default), c10d (alias: cohort; a cohortd or an agent's
+// store), etcd (etcd's v3 API).
+enum class RdzvBackend { kStatic, kC10d, kEtcd };
+
+// --numa-binding (torchrun 2.x): how a worker's CPUs and memory follow its GPU.
+enum class NumaBinding { kNone, kNode, kSocket, kExclusive, kCoreComplex };
+
 struct LaunchConfig {
   // ---- the job --------------------------------------------------------------------------------
   int min_nodes = 1;  // --nnodes N or MIN:MAX
   int max_nodes = 1;
-  std::string nproc_per_node = "1";  // N, cpu, gpu or auto; resolved by the launcher
+  std::string nproc_per_node = "1";  // N, cpu, gpu, xpu or auto; resolved by the launcher
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool master_port_given = false;  // single-node jobs pick a free port unless told one
   bool standalone = false;
-  std::string rdzv_backend = "static";
+  RdzvBackend rdzv_backend = RdzvBackend::kStatic;
   std::string rdzv_endpoint;
   std::string rdzv_id = "none";
   std::string rdzv_conf;  // k=v,k=v
@@ -44,6 +51,17 @@ struct LaunchConfig {
   std::string role = "default";
   std::string local_addr;
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  // torchrun 2.x
+  bool virtual_local_rank = false;  // LOCAL_RANK 0 and one visible device per worker
+  NumaBinding numa_binding = NumaBinding::kNone;
+  std::string event_log_handler = "null";  // torchrun's events: "null" or "console"
+  std::string logs_specs;                  // torchrun's LogsSpecs plugin: only the default
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  std::string log_line_prefix_template;  // "" = torchrun's "[${role_name}${local_rank}]:"
+  // torch.distributed.launch (--use-env not given): each worker also gets --local-rank=N.
+  bool append_local_rank = false;
+  std::string local_rank_flag = "--local-rank";
 
   // ---- the entry point ------------------------------------------------------------------------
   bool module = false;     // -m: run the entry point as `python -m`
@@ -59,22 +77,28 @@ struct LaunchConfig {
   std::optional<std::set<int>> local_ranks_filter;  // console output only from these
 
   // ---- cohort's own -----------------------------------------------------------------------------
-  std::chrono::milliseconds term_timeout{std::chrono::seconds(30)};  // SIGTERM -> SIGKILL
-  std::chrono::milliseconds worker_hang_timeout{0};                  // 0: off
+  // --term-timeout / --shutdown-timeout (TORCH_ELASTIC_SHUTDOWN_TIMEOUT): stop signal -> SIGKILL.
+  std::chrono::milliseconds term_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds worker_hang_timeout{0};  // 0: off
   std::string collective_timeout;  // --timeout seconds for libcohort's collectives ("": default)
   std::chrono::milliseconds rdzv_timeout{std::chrono::seconds(900)};
   std::chrono::milliseconds exit_barrier_timeout{std::chrono::seconds(30)};
   bool sweep_orphans = true;
   // The store's token (cohortd's HMAC handshake): hosted stores require it, agents and
-  // libcohort workers (COHORT_STORE_TOKEN) present it; PyTorch workers cannot, so they connect
-  // from `allow_unauthenticated_from` networks (comma-separated CIDRs) or not at all.
+  // libcohort workers present it; PyTorch workers cannot, so they connect from
+  // `allow_unauthenticated_from` networks (comma-separated CIDRs) or not at all.
   std::string auth_token;
   std::string allow_unauthenticated_from;
   bool slurm = false;  // --slurm or --nnodes slurm: derive the job's shape from SLURM_*
+  // The interpreter of Python entry points: PYTHON_EXEC, else python3 on PATH (the launcher
+  // resolves it; cohort.run from the Python wheel sets PYTHON_EXEC to its sys.executable).
+  std::string python;
 
   // Flags given on the command line or through PET_* (their dashed names, "--nproc-per-node"),
   // so that derived values (Slurm) never override what the user said.
   std::set<std::string> given;
+  // Lines to log once the logger exists (flags accepted and ignored, overrides).
+  std::vector<std::string> notes;
 };
 
 }  // namespace cohort::launch

@@ -1,10 +1,9 @@
-#include "static_rendezvous.h"
+#include "round_types.h"
 
 #include <nlohmann/json.hpp>
-#include <stdexcept>
 
+#include "cohort/error.h"
 #include "json_text.h"
-#include "round_ops.h"
 
 namespace cohort::launch {
 
@@ -32,7 +31,7 @@ NodeInfo node_info_from_json(const std::string& text) {
     if (n.nproc < 1) throw std::runtime_error("nproc < 1");
     return n;
   } catch (const std::exception& e) {
-    throw std::runtime_error("malformed node record in the store ('" + text + "'): " + e.what());
+    throw ProtocolError("malformed node record in the store ('" + text + "'): " + e.what());
   }
 }
 
@@ -52,35 +51,5 @@ RankAssignment assign_ranks(const std::vector<NodeInfo>& nodes, int node_rank, i
   a.local_world_size = nodes.at(static_cast<size_t>(node_rank)).nproc;
   return a;
 }
-
-RankAssignment StaticProtocol::join(Store& store, int after_round, NodeInfo self,
-                                    const std::function<void(int, NodeInfo*)>& on_rank_known) {
-  const int round = after_round + 1;
-  const int restarts = round_ops::restarts_after(store, after_round);
-  if (on_rank_known) on_rank_known(self.node_rank, &self);
-  auto nodes = round_ops::exchange_node_info(store, round, self, nnodes_, timeout_);
-  return assign_ranks(nodes, self.node_rank, round, restarts);
-}
-
-namespace keys {
-std::string run_prefix(const std::string& run_id) {
-  return "cohort/" + run_id;
-}
-std::string node(int round, int node_rank) {
-  return "round/" + std::to_string(round) + "/node/" + std::to_string(node_rank);
-}
-std::string done_count(int round) {
-  return "round/" + std::to_string(round) + "/done";
-}
-std::string outcome(int round) {
-  return "round/" + std::to_string(round) + "/outcome";
-}
-std::string failures(int round, int node_rank) {
-  return "round/" + std::to_string(round) + "/failures/" + std::to_string(node_rank);
-}
-std::string exit_count(int round) {
-  return "round/" + std::to_string(round) + "/exit";
-}
-}  // namespace keys
 
 }  // namespace cohort::launch

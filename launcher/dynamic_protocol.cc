@@ -1,17 +1,18 @@
-#include "dynamic_rendezvous.h"
+#include "dynamic_protocol.h"
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 
+#include "cohort/base/parse.h"
+#include "cohort/error.h"
 #include "json_text.h"
 #include "round_ops.h"
 
 namespace cohort::launch {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 struct RoundState {
@@ -44,7 +45,7 @@ RoundState decode(const std::string& text) {
     s.complete = j.at("status").get<std::string>() == "complete";
     s.participants = j.at("participants").get<std::vector<std::string>>();
   } catch (const std::exception& e) {
-    throw StoreError(std::string("malformed rendezvous state: ") + e.what(), "", "");
+    throw ProtocolError(std::string("malformed rendezvous state in the store: ") + e.what());
   }
   return s;
 }
@@ -68,27 +69,26 @@ bool update(Store& store, int round, const RoundState& old, RoundState next) {
 
 int current_round(Store& store) {
   std::string v = store.compare_set("rdzv/current", "", "0");
-  try {
-    return std::stoi(v);
-  } catch (const std::exception&) {
-    throw StoreError("malformed rdzv/current '" + v + "'", "rdzv/current", "");
-  }
+  auto round = parse_int(v, 0, std::numeric_limits<int>::max());
+  if (!round) throw ProtocolError("malformed rdzv/current '" + v + "' in the store");
+  return *round;
 }
 
 bool contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-std::chrono::milliseconds left(Clock::time_point deadline) {
-  auto l = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+std::chrono::milliseconds left(const Clock& clock, Clock::time_point deadline) {
+  auto l = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock.now());
   return std::max(l, std::chrono::milliseconds(1));
 }
 
 // Waits for `key` until `deadline`; false on timeout.
-bool wait_key(Store& store, const std::string& key, Clock::time_point deadline) {
+bool wait_key(Store& store, const Clock& clock, const std::string& key,
+              Clock::time_point deadline) {
   std::vector<std::string> k{key};
   try {
-    store.wait(k, left(deadline));
+    store.wait(k, left(clock, deadline));
     return true;
   } catch (const StoreTimeoutError&) {
     return false;
@@ -101,60 +101,19 @@ std::string in_seconds(std::chrono::milliseconds d) {
   return os.str();
 }
 
-std::chrono::milliseconds seconds(double s) {
-  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000 + 0.5));
-}
-
 }  // namespace
-
-std::string parse_rdzv_conf(const std::string& text, DynamicConfig* c) {
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    auto eq = item.find('=');
-    if (eq == std::string::npos) return "--rdzv-conf: '" + item + "' is not key=value";
-    std::string k = item.substr(0, eq), v = item.substr(eq + 1);
-    double d;
-    try {
-      size_t used = 0;
-      d = std::stod(v, &used);
-      if (used != v.size() || d < 0) throw std::invalid_argument(v);
-    } catch (const std::exception&) {
-      if (k == "store_type" || k == "is_host") continue;  // torchrun's, not numbers
-      return "--rdzv-conf: " + k + "=" + v + " is not a number >= 0";
-    }
-    if (k == "join_timeout")
-      c->join_timeout = seconds(d);
-    else if (k == "last_call_timeout")
-      c->last_call_timeout = seconds(d);
-    else if (k == "close_timeout")
-      c->close_timeout = seconds(d);
-    else if (k == "keep_alive_interval")
-      c->keep_alive_interval = seconds(d);
-    else if (k == "keep_alive_max_attempt")
-      c->keep_alive_max_attempt = std::max(1, static_cast<int>(d));
-    else if (k == "timeout" || k == "read_timeout")
-      c->node_info_timeout = seconds(d);
-    else if (k == "heartbeat_timeout" || k == "store_type" || k == "is_host")
-      continue;
-    else
-      return "--rdzv-conf: unknown key '" + k + "'";
-  }
-  return {};
-}
 
 RankAssignment DynamicProtocol::join(Store& store, int after_round, NodeInfo self,
                                      const std::function<void(int, NodeInfo*)>& on_rank_known) {
-  const auto join_deadline = Clock::now() + config_.join_timeout;
+  const auto join_deadline = clock_.now() + settings_.join_timeout;
   bool saw_min = false;
   Clock::time_point min_seen;  // when this node first saw MIN participants
   for (;;) {
-    if (Clock::now() >= join_deadline) {
-      throw StoreTimeoutError("rendezvous timed out after " + in_seconds(config_.join_timeout) +
-                                  ": fewer than " + std::to_string(config_.min_nodes) +
-                                  " nodes joined (--nnodes " + std::to_string(config_.min_nodes) +
-                                  ":" + std::to_string(config_.max_nodes) + ")",
+    if (clock_.now() >= join_deadline) {
+      throw StoreTimeoutError("rendezvous timed out after " + in_seconds(settings_.join_timeout) +
+                                  ": fewer than " + std::to_string(settings_.min_nodes) +
+                                  " nodes joined (--nnodes " + std::to_string(settings_.min_nodes) +
+                                  ":" + std::to_string(settings_.max_nodes) + ")",
                               "", store.describe());
     }
     int round = current_round(store);
@@ -181,10 +140,10 @@ RankAssignment DynamicProtocol::join(Store& store, int after_round, NodeInfo sel
         if (on_rank_known) on_rank_known(self.node_rank, &self);
         int restarts = round_ops::restarts_after(store, round - 1);
         auto nodes =
-            round_ops::exchange_node_info(store, round, self, n, config_.node_info_timeout);
+            round_ops::exchange_node_info(store, round, self, n, settings_.node_info_timeout);
         return assign_ranks(nodes, self.node_rank, round, restarts);
       }
-      if (n < config_.max_nodes) {
+      if (n < settings_.max_nodes) {
         // Room for us: end the running round so that everybody re-forms with us.
         Outcome o;
         o.kind = Outcome::kRescale;
@@ -194,31 +153,31 @@ RankAssignment DynamicProtocol::join(Store& store, int after_round, NodeInfo sel
         continue;
       }
       // A full round: wait for it to end.
-      wait_key(store, keys::outcome(round), join_deadline);
+      wait_key(store, clock_, keys::outcome(round), join_deadline);
       continue;
     }
 
     if (!member) {
-      if (n >= config_.max_nodes) {  // cannot happen (MAX completes a round); be safe
-        wait_key(store, changed_key(round, st.version + 1), join_deadline);
+      if (n >= settings_.max_nodes) {  // cannot happen (MAX completes a round); be safe
+        wait_key(store, clock_, changed_key(round, st.version + 1), join_deadline);
         continue;
       }
       RoundState next = st;
       next.participants.push_back(self.id);
-      next.complete = n + 1 >= config_.max_nodes;
+      next.complete = n + 1 >= settings_.max_nodes;
       update(store, round, st, next);  // on a conflict the loop reads again
       continue;
     }
 
     // A member of a joining round: complete it once the last call is over, else wait for news.
     auto wake_at = join_deadline;
-    if (n >= config_.min_nodes) {
+    if (n >= settings_.min_nodes) {
       if (!saw_min) {
         saw_min = true;
-        min_seen = Clock::now();
+        min_seen = clock_.now();
       }
-      auto last_call_end = min_seen + config_.last_call_timeout;
-      if (Clock::now() >= last_call_end) {
+      auto last_call_end = min_seen + settings_.last_call_timeout;
+      if (clock_.now() >= last_call_end) {
         RoundState next = st;
         next.complete = true;
         update(store, round, st, next);
@@ -226,48 +185,8 @@ RankAssignment DynamicProtocol::join(Store& store, int after_round, NodeInfo sel
       }
       wake_at = std::min(wake_at, last_call_end);
     }
-    wait_key(store, changed_key(round, st.version + 1), wake_at);
+    wait_key(store, clock_, changed_key(round, st.version + 1), wake_at);
   }
-}
-
-std::string keep_alive_key(const std::string& node_id) {
-  return "rdzv/hb/" + node_id;
-}
-std::string alive_key(const std::string& node_id) {
-  return "rdzv/alive/" + node_id;
-}
-
-std::vector<std::string> LivenessMonitor::tick(Store& store,
-                                               const std::vector<std::string>& peers) {
-  const auto now = Clock::now();
-  std::vector<std::string> lost;
-  // etcd: a lease per node as well, refreshed every tick, so that a dead node's key goes away by
-  // itself. Its TTL is whole seconds, so the counters below usually notice first.
-  const bool leased = store.supports_ttl();
-  if (leased) store.set_with_ttl(alive_key(self_), "1", timeout_);
-  // Every store: a counter per node; one that stops moving for the timeout marks its node lost.
-  store.add(keep_alive_key(self_), 1);
-  for (const auto& p : peers) {
-    if (p == self_) continue;
-    const int64_t v = store.add(keep_alive_key(p), 0);
-    auto it = seen_.find(p);
-    if (it == seen_.end() || it->second.value != v) {
-      const bool lease_seen = it != seen_.end() && it->second.lease_seen;
-      it = seen_.insert_or_assign(p, Seen{v, now, lease_seen}).first;
-    } else if (now - it->second.since >= timeout_) {
-      lost.push_back(p);
-      continue;
-    }
-    if (leased) {
-      std::vector<std::string> k{alive_key(p)};
-      if (store.check(k)) {
-        it->second.lease_seen = true;
-      } else if (it->second.lease_seen) {
-        lost.push_back(p);  // its lease expired
-      }
-    }
-  }
-  return lost;
 }
 
 }  // namespace cohort::launch

@@ -1,0 +1,84 @@
+// ElasticJob: MIN:MAX nodes meeting through a c10d endpoint (a standalone cohortd, or the store an
+// agent hosts on that endpoint) or through etcd, in rounds that re-form as nodes fail, vanish or
+// arrive (DynamicProtocol); keep-alives and lost-node detection while a round runs
+// (LivenessMonitor); and a fresh store for each round's workers, hosted by node rank 0.
+//
+// Hosting the endpoint: when it names this machine and nobody serves it yet, this agent hosts the
+// rendezvous store there (torchrun's c10d behaviour; rdzv-conf is_host overrides the guess); a
+// standalone cohortd already on the port wins. Port 0 ("localhost:0", torchrun's recipe for
+// stacked one-node jobs) hosts on a free port; only a one-node job can use it, since no other
+// node could learn the port.
+#pragma once
+
+#include <mutex>
+
+#include "dynamic_protocol.h"
+#include "job_rendezvous.h"
+#include "liveness_monitor.h"
+#include "rdzv_conf.h"
+#include "store_host.h"
+
+namespace cohort::launch {
+
+enum class ElasticStore { kCohort, kEtcd };
+
+struct ElasticJobSettings {
+  ElasticStore store = ElasticStore::kCohort;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::string endpoint;    // host:port (2379 for etcd, 29400 otherwise, when the port is absent)
+  std::string local_addr;  // --local-addr: what this node advertises ("" = the route's address)
+  RdzvConf conf;
+  StoreSecurity security;
+  // Tests: every store connection comes from here; no store is hosted (workers get port 0).
+  StoreBridge::StoreFactory store_override;
+  std::string advertised_override;  // tests: the address this node advertises
+};
+
+class ElasticJob final : public JobRendezvous {
+ public:
+  // Throws UsageError for an endpoint that cannot work (no endpoint, port 0 with several nodes,
+  // a loopback address advertised to other nodes), IoError when there is no route to it.
+  ElasticJob(asio::io_context& io, LoopClock& clock, std::string run_id,
+             ElasticJobSettings settings, std::shared_ptr<spdlog::logger> log);
+  ~ElasticJob() override;
+
+  HostPort worker_store(const RankAssignment& a) const override;
+  void join(int after_round, NodeInfo self,
+            std::function<void(std::exception_ptr, RankAssignment)> done) override;
+  void start_keep_alive(const RankAssignment& a,
+                        std::function<void(std::string)> on_store_lost) override;
+  void stop_keep_alive() override;
+  bool hosts_store() const override { return hosted_ != nullptr; }
+
+  const std::string& node_id() const { return node_id_; }
+
+  // What is settled before the store bridge exists (elastic_job.cc).
+  struct Setup;
+
+ private:
+  ElasticJob(asio::io_context& io, LoopClock& clock, std::string run_id,
+             ElasticJobSettings settings, std::shared_ptr<spdlog::logger> log, Setup setup);
+  void keep_alive_tick();
+  void report_lost(const std::string& node_id, int round);
+
+  ElasticJobSettings settings_;
+  std::unique_ptr<rdzv::StoreServerThread> hosted_;  // the rendezvous store, when we host it
+  std::string advertised_;
+  std::string node_id_;
+  DynamicProtocol protocol_;
+
+  std::mutex worker_store_mu_;  // the worker store is made on the bridge's thread
+  std::unique_ptr<rdzv::StoreServerThread> worker_store_;  // node rank 0's, this round
+
+  std::unique_ptr<LoopTimer> keep_alive_timer_;
+  std::shared_ptr<LivenessMonitor> liveness_;  // used on the bridge's thread
+  RankAssignment alive_round_;
+  bool keep_alive_on_ = false;
+  bool lost_reported_ = false;
+  bool beat_in_flight_ = false;
+  Clock::time_point last_beat_ok_;
+  std::function<void(std::string)> on_store_lost_;
+};
+
+}  // namespace cohort::launch

@@ -1,0 +1,88 @@
+#include "job_plan.h"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "cohort/base/net.h"
+#include "cohort/base/random.h"
+#include "cohort/error.h"
+#include "cohort/launch/cli.h"
+#include "failure.h"
+#include "node_resources.h"
+#include "slurm_mode.h"
+
+namespace cohort::launch {
+namespace {
+
+std::string make_log_root(const std::string& log_dir, const std::string& run_id) {
+  std::string base = log_dir;
+  if (base.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/cohortrun_XXXXXX";
+    std::vector<char> buf(templ.begin(), templ.end());
+    buf.push_back('\0');
+    if (::mkdtemp(buf.data()) == nullptr) {
+      int e = errno;
+      throw IoError("cannot create a log directory " + templ + ": " + std::strerror(e), e);
+    }
+    base = buf.data();
+  }
+  // torchrun's layout: <log_dir>/<run_id>_<random>/attempt_<n>/<local_rank>/
+  std::string root = base + "/" + run_id + "_" + random_tag(8);
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) throw IoError("cannot create the log directory " + root + ": " + ec.message());
+  return root;
+}
+
+std::vector<int> parse_signals(const std::string& list, std::vector<std::string>* notes) {
+  std::vector<int> out;
+  std::stringstream ss(list);
+  std::string name;
+  while (std::getline(ss, name, ',')) {
+    if (name.empty()) continue;
+    int sig = signal_number(name);
+    if (sig <= 0 || sig == SIGKILL || sig == SIGSTOP) {
+      notes->push_back("--signals-to-handle: ignoring '" + name +
+                       "' (not a signal cohortrun can handle)");
+      continue;
+    }
+    out.push_back(sig);
+  }
+  return out;
+}
+
+}  // namespace
+
+JobPlan make_plan(LaunchConfig config, const EnvMap& env) {
+  JobPlan p;
+  if (config.slurm) apply_slurm(&config, env, &p.notes);
+  validate(&config);
+  for (auto& n : config.notes) p.notes.push_back(n);
+  config.notes.clear();
+  p.nproc = resolve_nproc_per_node(config.nproc_per_node, env);
+  p.rdzv_conf = parse_rdzv_conf(config.rdzv_conf);
+  p.host = hostname();
+  p.command = build_worker_command(config, env);
+  p.run_id = config.standalone ? random_tag(8) : config.rdzv_id;
+  if (config.standalone) config.master_addr = "127.0.0.1";
+  p.stop_signals = parse_signals(config.signals_to_handle, &p.notes);
+  // torchrun sets a blanket OMP_NUM_THREADS=1; sharing the cores out wastes none of them.
+  if (!env.contains("OMP_NUM_THREADS") && p.nproc > 1) {
+    p.omp_threads = std::max(1, cpu_count() / p.nproc);
+    p.notes.push_back("Setting OMP_NUM_THREADS=" + std::to_string(*p.omp_threads) +
+                      " for each of the " + std::to_string(p.nproc) + " workers (" +
+                      std::to_string(cpu_count()) + " cores / " + std::to_string(p.nproc) +
+                      " workers); set OMP_NUM_THREADS to choose otherwise.");
+  }
+  p.log_root = make_log_root(config.log_dir, p.run_id);
+  p.config = std::move(config);
+  return p;
+}
+
+}  // namespace cohort::launch

@@ -1,0 +1,34 @@
+// JobPlan: the launch configuration resolved into what this node will do, before anything runs:
+// Slurm's shape applied, workers per node counted, the run id chosen, the log directory made,
+// the worker command built, the signals to handle parsed. Pure apart from the log directory and
+// reading the machine's resources.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cohort/base/environment.h"
+#include "cohort/launch/launch_config.h"
+#include "entrypoint.h"
+#include "rdzv_conf.h"
+
+namespace cohort::launch {
+
+struct JobPlan {
+  LaunchConfig config;  // after Slurm and validation
+  int nproc = 1;        // workers on this node
+  std::string host;     // this machine's name, for reports
+  std::string run_id;
+  std::string log_root;  // <log_dir>/<run_id>_<random>, created
+  WorkerCommand command;
+  std::optional<int> omp_threads;  // set when cohortrun chooses OMP_NUM_THREADS
+  RdzvConf rdzv_conf;
+  std::vector<int> stop_signals;   // --signals-to-handle
+  std::vector<std::string> notes;  // for the log, once it exists
+};
+
+// Throws UsageError (a flag or combination that cannot work) or IoError (the log directory).
+JobPlan make_plan(LaunchConfig config, const EnvMap& env);
+
+}  // namespace cohort::launch

@@ -1,0 +1,381 @@
+#include "node_agent.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <asio/post.hpp>
+
+#include "cohort/base/logging.h"
+#include "cohort/error.h"
+#include "descendants.h"
+#include "elastic_job.h"
+#include "error_file.h"
+#include "failure_report.h"
+#include "static_job.h"
+#include "worker_specs.h"
+
+namespace cohort::launch {
+namespace {
+
+using namespace std::chrono_literals;
+
+// How long a job stopped by a signal or a fatal error waits for its abort to reach the store
+// before it exits anyway: cohortrun is gone within the workers' grace plus this.
+constexpr auto kAbortGrace = 800ms;
+
+std::string describe(std::exception_ptr err) {
+  try {
+    std::rethrow_exception(err);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+}  // namespace
+
+NodeAgent::NodeAgent(JobPlan plan, EnvMap env, NodeAgentDeps deps)
+    : plan_(std::move(plan)),
+      env_(std::move(env)),
+      deps_(std::move(deps)),
+      own_io_(deps_.io ? nullptr : std::make_unique<asio::io_context>()),
+      io_(deps_.io ? *deps_.io : *own_io_),
+      own_clock_(deps_.clock ? nullptr : make_asio_loop_clock(io_)),
+      clock_(deps_.clock ? *deps_.clock : *own_clock_),
+      own_spawner_(deps_.spawner ? nullptr : std::make_unique<PosixSpawner>()),
+      spawner_(deps_.spawner ? *deps_.spawner : *own_spawner_),
+      own_console_(deps_.out && deps_.err ? nullptr : std::make_unique<Console>(io_)),
+      out_(deps_.out ? deps_.out : &own_console_->out),
+      err_(deps_.err ? deps_.err : &own_console_->err),
+      log_(private_logger("cohortrun", console_log_sink(*err_), "warning")),
+      signals_(io_),
+      agent_(AgentOptions{plan_.config.max_restarts, plan_.config.term_timeout}),
+      stop_timer_(clock_.make_timer()),
+      finish_timer_(clock_.make_timer()) {}
+
+NodeAgent::~NodeAgent() {
+  std::error_code ignored;
+  signals_.cancel(ignored);
+  group_.reset();
+  rdzv_.reset();
+}
+
+std::unique_ptr<JobRendezvous> NodeAgent::make_rendezvous() {
+  const LaunchConfig& c = plan_.config;
+  StoreSecurity security{c.auth_token, c.allow_unauthenticated_from};
+  if (c.rdzv_backend == RdzvBackend::kStatic) {
+    StaticJobSettings s;
+    s.nnodes = c.max_nodes;
+    s.node_rank = c.node_rank;
+    s.master_addr = c.master_addr;
+    s.master_port = c.master_port;
+    bool port_given = c.master_port_given;
+    if (!c.rdzv_endpoint.empty()) {
+      // torchrun: a static job's --rdzv-endpoint is node 0's store (get_rdzv_endpoint).
+      HostPort ep = parse_host_port(c.rdzv_endpoint, c.master_port);
+      s.master_addr = ep.host;
+      s.master_port = ep.port;
+      port_given = true;
+    }
+    // One node and no port asked for: a free one, so that jobs on one machine never collide.
+    if (s.nnodes == 1 && (!port_given || c.standalone)) s.master_port = 0;
+    s.timeout = c.rdzv_timeout;
+    s.security = security;
+    s.store_override = deps_.store;
+    return std::make_unique<StaticJob>(io_, clock_, plan_.run_id, std::move(s), log_);
+  }
+  ElasticJobSettings e;
+  e.store = c.rdzv_backend == RdzvBackend::kEtcd ? ElasticStore::kEtcd : ElasticStore::kCohort;
+  e.min_nodes = c.min_nodes;
+  e.max_nodes = c.max_nodes;
+  e.endpoint = c.rdzv_endpoint;
+  e.local_addr = c.local_addr;
+  e.conf = plan_.rdzv_conf;
+  e.security = security;
+  e.store_override = deps_.store;
+  e.advertised_override = deps_.advertised_address;
+  return std::make_unique<ElasticJob>(io_, clock_, plan_.run_id, std::move(e), log_);
+}
+
+void NodeAgent::start() {
+  for (const auto& n : plan_.notes) log_->warn("{}", n);
+  if (deps_.real_process) {
+    ::signal(SIGPIPE, SIG_IGN);  // a console or peer that went away is an error code, not death
+    reaper_ = std::make_unique<Reaper>();  // before any thread exists
+    if (!become_child_subreaper())
+      log_->info("cannot become the child subreaper; escaped descendants are left to the reaper");
+    if (plan_.config.sweep_orphans) {
+      if (int n = sweep_orphans(); n > 0)
+        log_->warn("killed {} process(es) left behind by earlier cohortrun agents", n);
+    }
+    for (int sig : plan_.stop_signals) signals_.add(sig);
+    // Notices (Slurm's preemption warning, a checkpoint request) are forwarded, never fatal.
+    for (int sig : {SIGUSR1, SIGUSR2}) {
+      std::error_code ec;
+      signals_.add(sig, ec);
+    }
+    signals_.add(SIGCHLD);  // strays handed over to the subreaper must be reaped
+    wait_for_signals();
+  }
+  rdzv_ = make_rendezvous();
+  handle(agent_.start());
+}
+
+int NodeAgent::run() {
+  start();
+  while (!stopped_ && io_.run_one() > 0) {
+  }
+  return exit_code_;
+}
+
+void NodeAgent::wait_for_signals() {
+  signals_.async_wait([this](std::error_code ec, int sig) {
+    if (ec || stopped_) return;
+    on_signal(sig);
+    wait_for_signals();
+  });
+}
+
+void NodeAgent::signal(int sig) {
+  asio::post(io_, [this, sig] {
+    if (!stopped_) on_signal(sig);
+  });
+}
+
+void NodeAgent::on_signal(int sig) {
+  if (sig == SIGCHLD) {
+    reap_stray_zombies(keep_pids());
+    return;
+  }
+  // SIGUSR1/SIGUSR2 are notices (Slurm's preemption warning, a checkpoint request), passed on
+  // even when --signals-to-handle names them.
+  const bool stops = sig != SIGUSR1 && sig != SIGUSR2 &&
+                     std::find(plan_.stop_signals.begin(), plan_.stop_signals.end(), sig) !=
+                         plan_.stop_signals.end();
+  if (!stops) {
+    log_->warn("received {}: forwarding it to the workers", signal_name(sig));
+    if (group_) group_->signal(sig);
+    return;
+  }
+  if (finishing_) {
+    // The job is over and only the summary or the exit barrier remain: leave now.
+    log_->warn("received {} while finishing: exiting", signal_name(sig));
+    shut_down();
+    return;
+  }
+  log_->warn("received {}: stopping the workers", signal_name(sig));
+  handle(agent_.on_signal(sig));
+}
+
+std::set<pid_t> NodeAgent::keep_pids() const {
+  std::set<pid_t> keep;
+  if (group_)
+    for (pid_t p : group_->running_pids()) keep.insert(p);
+  if (reaper_ && reaper_->pid() > 0) keep.insert(reaper_->pid());
+  return keep;
+}
+
+std::function<void(std::exception_ptr)> NodeAgent::fatal_on_error(std::string what) {
+  return [this, what](std::exception_ptr err) {
+    if (err && !stopped_) handle(agent_.on_fatal(what + " failed: " + describe(err)));
+  };
+}
+
+void NodeAgent::handle(std::vector<Action> actions) {
+  for (auto& a : actions) {
+    if (stopped_) return;
+    std::visit(
+        [&](auto& act) {
+          using T = std::decay_t<decltype(act)>;
+          if constexpr (std::is_same_v<T, action::Rendezvous>) {
+            rendezvous(act.after_round);
+          } else if constexpr (std::is_same_v<T, action::StartWorkers>) {
+            start_workers(act.assignment);
+          } else if constexpr (std::is_same_v<T, action::StopWorkers>) {
+            stop_workers(act.signal, act.grace);
+          } else if constexpr (std::is_same_v<T, action::KillWorkers>) {
+            if (group_) group_->signal(SIGKILL);
+          } else if constexpr (std::is_same_v<T, action::PublishFailure>) {
+            rdzv_->stop_keep_alive();
+            rdzv_->publish_failure(act.round, assignment_.node_rank, act.restart_count,
+                                   act.failures, fatal_on_error("publishing the failure"));
+          } else if constexpr (std::is_same_v<T, action::PublishSuccess>) {
+            rdzv_->publish_success(act.round, assignment_.node_rank, assignment_.nnodes,
+                                   fatal_on_error("publishing success"));
+          } else if constexpr (std::is_same_v<T, action::PublishAbort>) {
+            rdzv_->stop_keep_alive();
+            rdzv_->publish_abort(act.round, assignment_.node_rank, act.detail,
+                                 [](std::exception_ptr) {});
+          } else if constexpr (std::is_same_v<T, action::Finish>) {
+            finish(act);
+          }
+        },
+        a);
+  }
+}
+
+void NodeAgent::rendezvous(int after_round) {
+  rdzv_->stop_keep_alive();
+  if (after_round >= 0) log_->warn("re-forming the worker group after round {}", after_round);
+  NodeInfo self;
+  self.node_rank = plan_.config.node_rank;
+  self.nproc = plan_.nproc;
+  self.host = plan_.host;
+  self.pid = static_cast<int>(::getpid());
+  rdzv_->join(after_round, self, [this](std::exception_ptr err, RankAssignment a) {
+    if (stopped_) return;
+    if (err) {
+      handle(agent_.on_fatal(describe(err)));
+      return;
+    }
+    rdzv_->watch_outcome(
+        a.round,
+        [this, round = a.round](Outcome o) {
+          if (o.kind != Outcome::kSucceeded && o.node_rank != assignment_.node_rank) {
+            log_->warn("round {} ended on node {}: {}", round, o.node_rank,
+                       o.detail.empty() ? "failed" : o.detail);
+          }
+          handle(agent_.on_outcome(round, o));
+        },
+        [this](std::string e) {
+          if (!finishing_ && !stopped_) handle(agent_.on_fatal("lost the store: " + e));
+        });
+    handle(agent_.on_rendezvous_done(a));
+  });
+}
+
+void NodeAgent::start_workers(const RankAssignment& a) {
+  assignment_ = a;
+  group_.reset();
+  if (deps_.real_process) {
+    if (int n = kill_stray_children(keep_pids(), 1000ms); n > 0)
+      log_->warn("killed {} process(es) the last group's workers left behind", n);
+  }
+  if (a.restart_count > 0 || a.round > 0) {
+    log_->warn(
+        "starting the worker group: round {}, restart {} of at most {}, {} node(s), world "
+        "size {}",
+        a.round, a.restart_count, plan_.config.max_restarts, a.nnodes, a.world_size);
+  }
+  log_->info("starting {} workers (round {}, restart {}): ranks {}..{} of {}, {} node(s)",
+             a.local_world_size, a.round, a.restart_count, a.base_rank,
+             a.base_rank + a.local_world_size - 1, a.world_size, a.nnodes);
+  GroupSpec spec;
+  try {
+    spec = make_group_spec(plan_, env_, a, rdzv_->worker_store(a), agent_id(), *out_, *err_);
+  } catch (const std::exception& e) {
+    handle(agent_.on_fatal(std::string("cannot prepare the workers: ") + e.what()));
+    return;
+  }
+  WorkerGroupEvents events;
+  events.exited = [this](int lr, std::optional<WorkerFailure> f) {
+    if (f) {
+      if (agent_.phase() == Agent::Phase::kRunning) {
+        log_->warn("local rank {} (rank {}, pid {}) {}", lr, f->global_rank, f->pid, f->reason);
+      } else {
+        log_->info("local rank {} (pid {}) stopped: {}", lr, f->pid, f->reason);
+      }
+    }
+    handle(agent_.on_worker_exited(lr, std::move(f)));
+  };
+  events.hung = [this](int lr, WorkerFailure f) {
+    log_->warn("local rank {} (pid {}) is {}", lr, f.pid, f.reason);
+    handle(agent_.on_worker_hung(lr, std::move(f)));
+  };
+  if (reaper_) {
+    events.started = [this](pid_t pid) { reaper_->watch(pid); };
+    events.reaped = [this](pid_t pid) { reaper_->forget(pid); };
+  }
+  group_ = std::make_unique<WorkerGroup>(io_, clock_, spawner_, std::move(spec), std::move(events));
+  rdzv_->start_keep_alive(a, [this](std::string why) {
+    if (!stopped_) handle(agent_.on_fatal(why));
+  });
+  group_->start();
+}
+
+void NodeAgent::stop_workers(int sig, std::chrono::milliseconds grace) {
+  if (group_) group_->signal(sig);
+  stop_timer_->start(grace, [this] { handle(agent_.on_stop_deadline()); });
+}
+
+void NodeAgent::finish(const action::Finish& f) {
+  finishing_ = true;
+  exit_code_ = f.exit_code;
+  stop_timer_->cancel();
+  rdzv_->stop_keep_alive();
+  if (!f.failed) {
+    log_->info("all {} workers of node {} succeeded", assignment_.local_world_size,
+               assignment_.node_rank);
+  }
+  if (f.signal != 0 || !f.reason.empty()) {
+    // Stopped here (a signal, a lost store): the store may be unreachable or busy with a call
+    // that will not return; say what is known and go, after a moment for the abort to land.
+    report(f, f.local_failures);
+    finish_timer_->start(std::chrono::duration_cast<std::chrono::milliseconds>(kAbortGrace),
+                         [this] { shut_down(); });
+    return;
+  }
+  auto after_report = [this] {
+    // The agent hosting the store keeps it up until every node has read the outcome.
+    finish_timer_->start(plan_.config.exit_barrier_timeout + 5s, [this] { shut_down(); });
+    rdzv_->exit_barrier(agent_.round(), assignment_.nnodes, plan_.config.exit_barrier_timeout,
+                        [this](std::exception_ptr) { shut_down(); });
+  };
+  const bool consult = f.failed && !(f.outcome && f.outcome->kind == Outcome::kAborted) &&
+                       (f.outcome || !f.local_failures.empty());
+  if (!consult) {
+    if (f.failed) report(f, {});
+    after_report();
+    return;
+  }
+  rdzv_->collect_failures(
+      agent_.round(), assignment_.nnodes,
+      [this, f, after_report](std::exception_ptr err, std::vector<WorkerFailure> all) {
+        if (stopped_) return;
+        if (err || all.empty()) all = f.local_failures;
+        report(f, std::move(all));
+        after_report();
+      });
+}
+
+void NodeAgent::report(const action::Finish& f, std::vector<WorkerFailure> failures) {
+  if (failures.empty()) {
+    std::string why = !f.reason.empty()                         ? f.reason
+                      : f.outcome && !f.outcome->detail.empty() ? f.outcome->detail
+                                                                : std::string();
+    err_->write_blocking("cohortrun: the job was stopped" + (why.empty() ? "" : ": " + why) + "\n",
+                         2s);
+    return;
+  }
+  err_->write_blocking(format_failure_report(plan_.command.title, failures), 2s);
+  auto parent = env_.find("TORCHELASTIC_ERROR_FILE");
+  if (parent != env_.end() && !parent->second.empty()) {
+    auto first =
+        *std::min_element(failures.begin(), failures.end(),
+                          [](const auto& a, const auto& b) { return a.timestamp < b.timestamp; });
+    std::optional<ErrorFileContent> child;
+    if (!first.error_file.empty()) child = read_error_file(first.error_file);
+    write_parent_error_file(parent->second, child, first.message, first.exit_code);
+  }
+}
+
+void NodeAgent::shut_down() {
+  if (stopped_) return;
+  stopped_ = true;
+  stop_timer_->cancel();
+  finish_timer_->cancel();
+  std::error_code ignored;
+  signals_.cancel(ignored);
+  group_.reset();
+  if (deps_.real_process) kill_stray_children(keep_pids(), 1000ms);
+  rdzv_.reset();  // interrupts a store call still blocked, joins the store threads
+  // What the console has not taken yet, within a bound: a console nobody reads cannot hold
+  // cohortrun back.
+  out_->write_blocking("", 500ms);
+  err_->write_blocking("", 500ms);
+}
+
+}  // namespace cohort::launch

@@ -1,0 +1,110 @@
+// NodeAgent: cohortrun on one node, wired together. It owns the loop's parts and connects them:
+// the Agent (agent.h, the only state machine) decides; the JobRendezvous (static or elastic)
+// talks to the store; the WorkerGroup of the current round runs the workers; the console writes
+// without blocking; signals, timers and store replies become the Agent's events, and its actions
+// are carried out here. Every way the job ends passes through the Agent's Finish action, which
+// prints the summary.
+//
+// Launcher (cohort/launch/launcher.h) runs one for real. Tests build one with NodeAgentDeps: a
+// fake ProcessSpawner, a manual clock, an in-process store and their own loop, so that whole
+// lifecycles (several nodes over one store) run in milliseconds without processes.
+//
+// Thread safety: the loop's thread only.
+#pragma once
+
+#include <asio/io_context.hpp>
+#include <asio/signal_set.hpp>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "agent.h"
+#include "cohort/base/environment.h"
+#include "console.h"
+#include "job_plan.h"
+#include "job_rendezvous.h"
+#include "loop_clock.h"
+#include "process_spawner.h"
+#include "reaper.h"
+#include "worker_group.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace cohort::launch {
+
+struct NodeAgentDeps {
+  asio::io_context* io = nullptr;     // null: its own loop, run by run()
+  LoopClock* clock = nullptr;         // null: Asio's timers
+  ProcessSpawner* spawner = nullptr;  // null: PosixSpawner
+  StoreBridge::StoreFactory store;    // tests: an in-process store; nothing is hosted
+  std::string advertised_address;     // tests: what an elastic node advertises
+  bool real_process = true;  // signal handlers, reaper, subreaper, orphan sweep, SIGPIPE ignored
+  ConsoleStream* out = nullptr;  // null: cohortrun's stdout and stderr
+  ConsoleStream* err = nullptr;
+};
+
+class NodeAgent {
+ public:
+  NodeAgent(JobPlan plan, EnvMap env, NodeAgentDeps deps = {});
+  ~NodeAgent();
+  NodeAgent(const NodeAgent&) = delete;
+  NodeAgent& operator=(const NodeAgent&) = delete;
+
+  // Sets up (store, rendezvous) and starts the Agent. Throws UsageError for a configuration that
+  // cannot work here (an endpoint, an address) and Error when the store cannot be hosted.
+  void start();
+  // start(), then runs its own loop until the job is over; returns the exit status (0, 1, 128+N).
+  int run();
+
+  bool done() const { return stopped_; }
+  int exit_code() const { return exit_code_; }
+  // As if cohortrun received `sig` (tests; real signals arrive through the signal set).
+  void signal(int sig);
+  const Agent& agent() const { return agent_; }
+  const JobRendezvous* rendezvous() const { return rdzv_.get(); }
+
+ private:
+  void handle(std::vector<Action> actions);
+  void rendezvous(int after_round);
+  void start_workers(const RankAssignment& a);
+  void stop_workers(int sig, std::chrono::milliseconds grace);
+  void finish(const action::Finish& f);
+  void report(const action::Finish& f, std::vector<WorkerFailure> failures);
+  void shut_down();
+  void wait_for_signals();
+  void on_signal(int sig);
+  // A store call's error handler: the job cannot go on without it.
+  std::function<void(std::exception_ptr)> fatal_on_error(std::string what);
+  std::set<pid_t> keep_pids() const;
+  std::unique_ptr<JobRendezvous> make_rendezvous();
+
+  JobPlan plan_;
+  EnvMap env_;
+  NodeAgentDeps deps_;
+  std::unique_ptr<asio::io_context> own_io_;
+  asio::io_context& io_;
+  std::unique_ptr<LoopClock> own_clock_;
+  LoopClock& clock_;
+  std::unique_ptr<ProcessSpawner> own_spawner_;
+  ProcessSpawner& spawner_;
+  std::unique_ptr<Console> own_console_;
+  ConsoleStream* out_;
+  ConsoleStream* err_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::unique_ptr<Reaper> reaper_;
+  asio::signal_set signals_;
+  Agent agent_;
+  std::unique_ptr<JobRendezvous> rdzv_;
+  std::unique_ptr<WorkerGroup> group_;
+  RankAssignment assignment_;
+  std::unique_ptr<LoopTimer> stop_timer_;
+  std::unique_ptr<LoopTimer> finish_timer_;
+  bool finishing_ = false;  // the Agent said Finish; summary and barrier under way
+  bool stopped_ = false;
+  int exit_code_ = 0;
+};
+
+}  // namespace cohort::launch

@@ -1,0 +1,30 @@
+#include "store_host.h"
+
+#include "cohort/base/net.h"
+#include "cohort/rdzv/auth.h"
+
+namespace cohort::launch {
+
+std::unique_ptr<rdzv::StoreServerThread> host_store(const std::string& host, int port,
+                                                    const StoreSecurity& security) {
+  rdzv::StoreServerOptions so;
+  so.host = host;
+  so.port = static_cast<uint16_t>(port);
+  so.auth_token = security.token;
+  so.allow_unauthenticated = auth::parse_cidrs(security.allow_from_cidrs);
+  return std::make_unique<rdzv::StoreServerThread>(so);
+}
+
+std::string listen_address_for(const std::string& addr) {
+  const std::string host = strip_brackets(addr);
+  if (is_loopback_host(host)) return host == "localhost" ? "127.0.0.1" : host;
+  return host.find(':') != std::string::npos ? "::" : "0.0.0.0";
+}
+
+std::string local_dial_address(const std::string& listen_host) {
+  if (listen_host == "0.0.0.0") return "127.0.0.1";
+  if (listen_host == "::") return "::1";
+  return listen_host;
+}
+
+}  // namespace cohort::launch

@@ -1,0 +1,246 @@
+#include "worker_group.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <asio/post.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "cohort/error.h"
+#include "error_file.h"
+
+namespace cohort::launch {
+namespace {
+
+int open_log(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+  if (fd < 0) {
+    int e = errno;
+    throw IoError("cannot open " + path + ": " + std::strerror(e), e);
+  }
+  return fd;
+}
+
+std::string in_seconds(std::chrono::milliseconds d) {
+  std::ostringstream os;
+  os << std::chrono::duration<double>(d).count() << " s";
+  return os.str();
+}
+
+}  // namespace
+
+struct WorkerGroup::Worker {
+  Worker(asio::io_context& io, LoopClock& clock, WorkerSpec s)
+      : spec(std::move(s)),
+        pidfd(io),
+        heartbeat(io),
+        hang_timer(clock.make_timer()),
+        drain_timer(clock.make_timer()) {}
+
+  WorkerSpec spec;
+  pid_t pid = -1;
+  bool running = false;   // started and not reaped
+  bool reported = false;  // its exit was reported
+  int wait_status = 0;
+  double exit_time = 0;
+  asio::posix::stream_descriptor pidfd;
+  asio::posix::stream_descriptor heartbeat;
+  std::unique_ptr<LoopTimer> hang_timer;
+  std::unique_ptr<LoopTimer> drain_timer;
+  std::shared_ptr<StreamPump> out_pump;
+  std::shared_ptr<StreamPump> err_pump;
+  char beat_buf[256];
+
+  bool output_open() const {
+    return (out_pump && !out_pump->at_eof()) || (err_pump && !err_pump->at_eof());
+  }
+};
+
+WorkerGroup::WorkerGroup(asio::io_context& io, LoopClock& clock, ProcessSpawner& spawner,
+                         GroupSpec spec, WorkerGroupEvents events)
+    : io_(io),
+      clock_(clock),
+      spawner_(spawner),
+      spec_(std::move(spec)),
+      events_(std::move(events)) {}
+
+WorkerGroup::~WorkerGroup() {
+  alive_.reset();  // from here on no handler or posted event of this group does anything
+  for (auto& w : workers_) {
+    if (w->running) {
+      // Cannot happen when the agent stops its workers first; a safety net, not a stop path.
+      spawner_.kill_group(w->pid, SIGKILL);
+      spawner_.reap(w->pid);
+      if (events_.reaped) events_.reaped(w->pid);
+    }
+    if (w->out_pump) w->out_pump->stop();
+    if (w->err_pump) w->err_pump->stop();
+    w->hang_timer->cancel();
+    w->drain_timer->cancel();
+    std::error_code ignored;
+    w->heartbeat.close(ignored);
+    w->pidfd.close(ignored);
+  }
+}
+
+void WorkerGroup::post(std::function<void()> event) {
+  asio::post(io_, [alive = std::weak_ptr<int>(alive_), event = std::move(event)] {
+    if (!alive.expired()) event();
+  });
+}
+
+FailureSite WorkerGroup::site(const Worker& w) const {
+  FailureSite s;
+  s.node_rank = spec_.node_rank;
+  s.local_rank = w.spec.local_rank;
+  s.global_rank = spec_.base_rank + w.spec.local_rank;
+  s.host = spec_.host;
+  s.pid = w.pid > 0 ? w.pid : 0;
+  return s;
+}
+
+void WorkerGroup::start() {
+  for (auto& s : spec_.workers) workers_.push_back(std::make_unique<Worker>(io_, clock_, s));
+  for (auto& w : workers_) spawn(*w);
+}
+
+void WorkerGroup::spawn(Worker& w) {
+  int out_file = -1, err_file = -1;
+  try {
+    if (!w.spec.dir.empty()) std::filesystem::create_directories(w.spec.dir);
+    if (!w.spec.stdout_file.empty()) out_file = open_log(w.spec.stdout_file);
+    if (!w.spec.stderr_file.empty()) err_file = open_log(w.spec.stderr_file);
+    SpawnedProcess p = spawner_.spawn(w.spec.request);
+    w.pid = p.pid;
+    w.running = true;
+    if (events_.started) events_.started(p.pid);
+    w.pidfd.assign(p.pidfd);
+    auto eof = [this, &w, alive = std::weak_ptr<int>(alive_)] {
+      if (alive.expired()) return;
+      if (!w.running && !w.output_open()) report(w);
+    };
+    if (p.stdout_fd >= 0) {
+      PumpRoute r = w.spec.stdout_route;
+      r.file_fd = std::exchange(out_file, -1);
+      w.out_pump = StreamPump::start(io_, p.stdout_fd, std::move(r), eof);
+    }
+    if (p.stderr_fd >= 0) {
+      PumpRoute r = w.spec.stderr_route;
+      r.file_fd = std::exchange(err_file, -1);
+      w.err_pump = StreamPump::start(io_, p.stderr_fd, std::move(r), eof);
+    }
+    if (p.heartbeat_fd >= 0) {
+      w.heartbeat.assign(p.heartbeat_fd);
+      read_heartbeat(w);
+    }
+    watch_exit(w);
+  } catch (const std::exception& e) {
+    if (out_file >= 0) ::close(out_file);
+    if (err_file >= 0) ::close(err_file);
+    WorkerFailure f = make_failure(site(w), 1, std::string("could not start: ") + e.what());
+    w.reported = true;
+    const int lr = w.spec.local_rank;
+    post([this, lr, f] {
+      if (events_.exited) events_.exited(lr, f);
+    });
+  }
+}
+
+void WorkerGroup::watch_exit(Worker& w) {
+  w.pidfd.async_wait(asio::posix::stream_descriptor::wait_read,
+                     [this, &w, alive = std::weak_ptr<int>(alive_)](std::error_code ec) {
+                       if (ec || alive.expired()) return;
+                       on_exit(w);
+                     });
+}
+
+void WorkerGroup::read_heartbeat(Worker& w) {
+  w.heartbeat.async_read_some(
+      asio::buffer(w.beat_buf),
+      [this, &w, alive = std::weak_ptr<int>(alive_)](std::error_code ec, size_t) {
+        if (ec || alive.expired()) return;  // the worker is gone, or so is the group
+        if (spec_.hang_timeout.count() > 0 && w.running) {
+          w.hang_timer->start(spec_.hang_timeout, [this, &w] {
+            if (!w.running) return;
+            WorkerFailure f = make_failure(
+                site(w), -SIGKILL, "hung: no heartbeat for " + in_seconds(spec_.hang_timeout));
+            if (w.err_pump) f.traceback = w.err_pump->tail().text();
+            const int lr = w.spec.local_rank;
+            post([this, lr, f] {
+              if (events_.hung) events_.hung(lr, f);
+            });
+          });
+        }
+        read_heartbeat(w);
+      });
+}
+
+void WorkerGroup::on_exit(Worker& w) {
+  w.wait_status = spawner_.reap(w.pid);
+  w.exit_time = wall_clock_now();
+  w.running = false;
+  w.hang_timer->cancel();
+  // Whatever the worker left in its process group goes with it.
+  spawner_.kill_group(w.pid, SIGKILL);
+  if (events_.reaped) events_.reaped(w.pid);
+  std::error_code ignored;
+  w.pidfd.close(ignored);
+  if (!w.output_open()) {
+    report(w);
+    return;
+  }
+  // Let the pipes drain, so the stderr tail is complete; a descendant that escaped the group
+  // and holds them open must not delay the report for long.
+  w.drain_timer->start(spec_.drain_grace, [this, &w] { report(w); });
+}
+
+void WorkerGroup::report(Worker& w) {
+  if (w.reported) return;
+  w.reported = true;
+  w.drain_timer->cancel();
+  std::error_code ignored;
+  w.heartbeat.close(ignored);
+  std::optional<WorkerFailure> failure;
+  ExitDescription d = describe_exit(w.wait_status);
+  if (d.failed) {
+    WorkerFailure f = make_failure(site(w), d.exit_code, d.reason, w.exit_time);
+    if (!w.spec.error_file.empty()) {
+      if (auto ef = read_error_file(w.spec.error_file)) {
+        f.error_file = w.spec.error_file;
+        if (!ef->message.empty()) f.message = ef->message;
+        f.traceback = ef->traceback;
+        if (ef->timestamp > 0) f.timestamp = std::min(f.timestamp, ef->timestamp);
+      }
+    }
+    if (f.traceback.empty() && w.err_pump) f.traceback = w.err_pump->tail().text();
+    failure = std::move(f);
+  }
+  const int lr = w.spec.local_rank;
+  post([this, lr, failure] {
+    if (events_.exited) events_.exited(lr, failure);
+  });
+}
+
+void WorkerGroup::signal(int sig) {
+  for (auto& w : workers_)
+    if (w->running) spawner_.kill_group(w->pid, sig);
+}
+
+bool WorkerGroup::any_running() const {
+  for (const auto& w : workers_)
+    if (w->running) return true;
+  return false;
+}
+
+std::vector<pid_t> WorkerGroup::running_pids() const {
+  std::vector<pid_t> pids;
+  for (const auto& w : workers_)
+    if (w->running) pids.push_back(w->pid);
+  return pids;
+}
+
+}  // namespace cohort::launch

@@ -1,0 +1,120 @@
+#include "worker_specs.h"
+
+#include <filesystem>
+
+#include "cohort/error.h"
+#include "console.h"
+#include "worker_env.h"
+
+namespace cohort::launch {
+namespace {
+
+void replace_all(std::string* s, const std::string& what, const std::string& with) {
+  for (size_t at = s->find(what); at != std::string::npos; at = s->find(what, at + with.size()))
+    s->replace(at, what.size(), with);
+}
+
+// How one stream of one worker is routed.
+struct StreamPlan {
+  StreamMode mode = StreamMode::kInherit;
+  PumpRoute route;
+  std::string file;
+};
+
+StreamPlan plan_stream(bool to_file, bool teed, bool filtered, bool always_read,
+                       const std::string& file, const std::string& prefix,
+                       std::shared_ptr<FilteredLog> duplicate, ConsoleStream& console) {
+  StreamPlan p;
+  const bool on_console = !filtered && (!to_file || teed);
+  const bool needs_reading = to_file || teed || filtered || always_read || duplicate;
+  if (!needs_reading) return p;  // the worker writes to cohortrun's own stream
+  p.mode = on_console && console.is_terminal() ? StreamMode::kPty : StreamMode::kPipe;
+  if (on_console) p.route.console = &console;
+  if (teed) p.route.prefix = prefix;
+  if (to_file) p.file = file;
+  if (duplicate) {
+    p.route.filtered = std::move(duplicate);
+    p.route.filtered_prefix = prefix;
+  }
+  return p;
+}
+
+}  // namespace
+
+std::string render_prefix(const std::string& templ, const std::string& role, int local_rank,
+                          int rank, const std::string& host) {
+  std::string s = templ.empty() ? "[${role_name}${local_rank}]:" : templ;
+  replace_all(&s, "${role_name}", role);
+  replace_all(&s, "${local_rank}", std::to_string(local_rank));
+  replace_all(&s, "${rank}", std::to_string(rank));
+  replace_all(&s, "${hostname}", host);
+  return s;
+}
+
+GroupSpec make_group_spec(const JobPlan& plan, const EnvMap& env, const RankAssignment& a,
+                          const HostPort& store, const std::string& agent_id, ConsoleStream& out,
+                          ConsoleStream& err) {
+  const LaunchConfig& c = plan.config;
+  GroupSpec g;
+  g.node_rank = a.node_rank;
+  g.base_rank = a.base_rank;
+  g.host = plan.host;
+  g.hang_timeout = c.worker_hang_timeout;
+  const std::string attempt = plan.log_root + "/attempt_" + std::to_string(a.restart_count);
+  std::error_code ec;
+  std::filesystem::create_directories(attempt, ec);
+  if (ec) throw IoError("cannot create " + attempt + ": " + ec.message());
+  std::shared_ptr<FilteredLog> dup_out, dup_err;
+  if (!c.duplicate_stdout_filters.empty())
+    dup_out =
+        std::make_shared<FilteredLog>(attempt + "/filtered_stdout.log", c.duplicate_stdout_filters);
+  if (!c.duplicate_stderr_filters.empty())
+    dup_err =
+        std::make_shared<FilteredLog>(attempt + "/filtered_stderr.log", c.duplicate_stderr_filters);
+
+  for (int lr = 0; lr < a.local_world_size; ++lr) {
+    WorkerSpec w;
+    w.local_rank = lr;
+    w.dir = attempt + "/" + std::to_string(lr);
+    w.error_file = w.dir + "/error.json";
+
+    WorkerEnvInputs in;
+    in.config = &c;
+    in.assignment = &a;
+    in.local_rank = lr;
+    in.master_addr = store.host;
+    in.master_port = store.port;
+    in.run_id = plan.run_id;
+    in.error_file = w.error_file;
+    in.omp_num_threads = plan.omp_threads;
+    in.agent_id = agent_id;
+    w.request.env = build_worker_env(env, in);
+    w.request.argv = plan.command.argv;
+    if (c.append_local_rank) {
+      w.request.argv.insert(w.request.argv.begin() + static_cast<long>(plan.command.args_at),
+                            c.local_rank_flag + "=" + std::to_string(lr));
+    }
+
+    const int redirect = c.redirects.for_rank(lr) | c.tee.for_rank(lr);
+    const int tee = c.tee.for_rank(lr);
+    const bool filtered = c.local_ranks_filter && !c.local_ranks_filter->contains(lr);
+    const std::string prefix =
+        render_prefix(c.log_line_prefix_template, c.role, lr, a.base_rank + lr, plan.host);
+    const bool teed_out = tee & kStdout, teed_err = tee & kStderr;
+    StreamPlan so = plan_stream(redirect & kStdout, teed_out, filtered, false,
+                                w.dir + "/stdout.log", prefix, teed_out ? dup_out : nullptr, out);
+    StreamPlan se = plan_stream(redirect & kStderr, teed_err, filtered, true, w.dir + "/stderr.log",
+                                prefix, teed_err ? dup_err : nullptr, err);
+    w.request.out = so.mode;
+    w.request.err = se.mode;
+    w.stdout_route = so.route;
+    w.stderr_route = se.route;
+    w.stderr_route.keep_tail = true;  // its tail explains a failure without the script's help
+    w.stdout_file = so.file;
+    w.stderr_file = se.file;
+    g.workers.push_back(std::move(w));
+  }
+  return g;
+}
+
+}  // namespace cohort::launch
