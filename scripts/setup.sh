@@ -32,6 +32,8 @@ PACKAGES=(
   clang libclang-rt-14-dev
   # scripts/plot_metrics
   gnuplot-nox
+  # scripts/gpu_bare_root.sh: the bare GPU machine, simulated in a Debian root
+  debootstrap
 )
 
 missing=()

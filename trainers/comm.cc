@@ -12,6 +12,12 @@ Comm::Comm(cohort::ProcessGroup& pg, Device& dev, bool pg_uses_device_memory)
       direct_(pg_uses_device_memory || dev.kind() == DeviceKind::kCpu),
       host_via_device_(pg_uses_device_memory && dev.kind() != DeviceKind::kCpu) {}
 
+const char* Comm::describe() const {
+  if (!pg_) return "one process";
+  if (!direct_) return "CPU group, staged through host memory";
+  return dev_->kind() == DeviceKind::kCpu ? "CPU group" : "NCCL";
+}
+
 void Comm::host_allreduce(void* host, size_t count, DataType dtype, ReduceOp op) {
   if (!host_via_device_) {
     pg_->allreduce(host, count, dtype, op);

@@ -97,8 +97,8 @@ class CpuDevice final : public Device {
     train::embedding_forward(out, tokens, wte, wpe, B, T, C);
   }
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                          int T, int C) override {
-    train::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+                          int T, int C, int V) override {
+    train::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, V);
   }
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                          int NH) override {

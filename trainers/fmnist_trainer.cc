@@ -211,6 +211,7 @@ void FmnistRun::evaluate(int64_t step, int epoch) {
   result_.test_loss = shown.loss;
   result_.raw_test_accuracy = raw.accuracy;
   result_.raw_test_loss = raw.loss;
+  result_.evals.push_back({step, shown.accuracy, raw.accuracy});
   char line[200];
   int len =
       std::snprintf(line, sizeof line, "epoch %d step %lld: test accuracy %.2f%%  test loss %.4f",
@@ -260,6 +261,7 @@ FmnistResult FmnistRun::run() {
   if (o_.batch_size <= 0 || o_.epochs <= 0) {
     throw std::invalid_argument("batch size and epochs must be positive");
   }
+  if (o_.eval_every < 0) throw std::invalid_argument("--eval-every must be 0 or positive");
   if (!(o_.ema_decay >= 0 && o_.ema_decay < 1)) {
     char given[32];
     std::snprintf(given, sizeof given, "%g", o_.ema_decay);
@@ -303,14 +305,15 @@ FmnistResult FmnistRun::run() {
   if (pos.epoch >= o_.epochs) total_steps = pos.step;
   if (o_.max_steps > 0) total_steps = std::min(total_steps, o_.max_steps);
   {
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "fmnist: %d rank%s x batch %d on %s, %zu parameters, seed %llu, %lld steps "
-                  "(%lld per epoch), weights crc32 %08x%s",
-                  world_, world_ == 1 ? "" : "s", o_.batch_size, dev_.describe().c_str(),
-                  model_.layout().num_parameters(), static_cast<unsigned long long>(o_.seed),
-                  static_cast<long long>(total_steps), static_cast<long long>(steps_per_epoch), crc,
-                  resumed ? (" (resumed at step " + std::to_string(pos.step) + ")").c_str() : "");
+    char line[320];
+    std::snprintf(
+        line, sizeof line,
+        "fmnist: %d rank%s x batch %d on %s, gradients via %s, %zu parameters, seed %llu, "
+        "%lld steps (%lld per epoch), weights crc32 %08x%s",
+        world_, world_ == 1 ? "" : "s", o_.batch_size, dev_.describe().c_str(), comm_.describe(),
+        model_.layout().num_parameters(), static_cast<unsigned long long>(o_.seed),
+        static_cast<long long>(total_steps), static_cast<long long>(steps_per_epoch), crc,
+        resumed ? (" (resumed at step " + std::to_string(pos.step) + ")").c_str() : "");
     log(line);
   }
 
@@ -371,6 +374,10 @@ FmnistResult FmnistRun::run() {
       if (pos.step >= total_steps) {
         stopped = true;
         break;
+      }
+      // Evaluations between epoch ends (the last step of an epoch is evaluated below).
+      if (o_.eval_every > 0 && pos.step % o_.eval_every == 0 && b + 1 < steps_per_epoch) {
+        evaluate(pos.step, epoch);
       }
     }
     const bool epoch_complete = pos.batch_in_epoch == steps_per_epoch;

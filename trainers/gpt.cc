@@ -192,7 +192,13 @@ void Gpt::backward(float loss_scale) {
     dev_.layernorm_backward(dres_, g + q.ln1_w, g + q.ln1_b, dln_, residual, w + q.ln1_w,
                             a.ln1_mean, a.ln1_rstd, N, C);
   }
-  dev_.embedding_backward(g + wte_, g + wpe_, dres_, tokens_, B, T, C);
+  dev_.embedding_backward(g + wte_, g + wpe_, dres_, tokens_, B, T, C, V);
+}
+
+double Gpt::flops_per_token(int T) const {
+  const double weights = static_cast<double>(num_params()) -
+                         static_cast<double>(cfg_.block_size) * static_cast<double>(cfg_.n_embd);
+  return 6.0 * weights + 12.0 * cfg_.n_layer * static_cast<double>(cfg_.n_embd) * T;
 }
 
 void Gpt::zero_grad() {

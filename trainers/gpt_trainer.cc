@@ -253,15 +253,15 @@ GptResult GptRun::run() {
     metrics_.emplace(metrics_path(o_.metrics_path, o_.checkpoint_dir), resumed);
   }
   {
-    char line[320];
+    char line[384];
     std::snprintf(
         line, sizeof line,
-        "gpt: %d rank%s x %d x %d tokens x %d micro-steps = %lld tokens/step on %s; "
-        "%zu parameters (%d layers, %d heads, %d embd); %zu train / %zu val bytes; "
+        "gpt: %d rank%s x %d x %d tokens x %d micro-steps = %lld tokens/step on %s, gradients via "
+        "%s; %zu parameters (%d layers, %d heads, %d embd); %zu train / %zu val bytes; "
         "seed %llu; weights crc32 %08x%s",
         world_, world_ == 1 ? "" : "s", B, T, accum, static_cast<long long>(o_.total_batch_tokens),
-        dev_.describe().c_str(), model_.layout().num_parameters(), o_.model.n_layer,
-        o_.model.n_head, o_.model.n_embd, text_.train.size(), text_.val.size(),
+        dev_.describe().c_str(), comm_.describe(), model_.layout().num_parameters(),
+        o_.model.n_layer, o_.model.n_head, o_.model.n_embd, text_.train.size(), text_.val.size(),
         static_cast<unsigned long long>(o_.seed), crc,
         resumed ? (" (resumed at step " + std::to_string(result_.start_step) + ")").c_str() : "");
     log(line);
@@ -324,6 +324,7 @@ GptResult GptRun::run() {
   result_.train_seconds = train_seconds;
   result_.comm_seconds = comm_seconds;
   result_.tokens_per_s = train_seconds > 0 ? tokens / train_seconds : 0;
+  result_.flops_per_token = model_.flops_per_token(T);
   result_.params_crc = device_checksum(dev_, model_.params(), n);
   return result_;
 }

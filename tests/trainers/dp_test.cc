@@ -22,6 +22,7 @@ class DataParallel : public testing::TrainerTest {};
 
 FmnistOptions small_fmnist(const std::string& ckpt, int batch) {
   FmnistOptions o;
+  o.data_dir = testing::fmnist_dir();
   o.batch_size = batch;
   o.seed = 3;
   o.train_limit = 512;

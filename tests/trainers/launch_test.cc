@@ -70,6 +70,7 @@ class Launch : public testing::TrainerTest {
                                   "--nproc-per-node",  std::to_string(nproc),
                                   "--max-restarts",    "3",
                                   "--no-python",       kBin + "/cohort-train-fmnist"};
+    a.insert(a.end(), {"--data", fmnist_dir()});
     a.insert(a.end(), trainer_args.begin(), trainer_args.end());
     return a;
   }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "cohort/train/layers/relu.h"
 #include "cohort/train/layers/residual.h"
 #include "cohort/train/layers/softmax_xent.h"
+#include "cuda/embedding_grad.h"
 #include "test_util.h"
 
 namespace cohort::train {
@@ -312,10 +314,53 @@ TEST(Embedding, ForwardAndBackwardWithRepeatedTokens) {
     return dot(out, wout);
   };
   std::vector<float> dwte(V * C, 0.0f), dwpe(T * C, 0.0f);
-  embedding_backward(dwte.data(), dwpe.data(), wout.data(), tokens.data(), B, T, C);
+  embedding_backward(dwte.data(), dwpe.data(), wout.data(), tokens.data(), B, T, C, V);
   const auto all = [](size_t n) { return sample_indices(n, n, 0); };
   EXPECT_TRUE(expect_close(dwte, numeric_grad(loss, wte.data(), all(wte.size()), kH), kAbs, kRel));
   EXPECT_TRUE(expect_close(dwpe, numeric_grad(loss, wpe.data(), all(wpe.size()), kH), kAbs, kRel));
+}
+
+// The CUDA embedding backward adds each element's terms with the functions of
+// cuda/embedding_grad.h (compiled here for the host): they must give bitwise what the CPU
+// reference gives, so that the GPU result is the CPU's and the same on every run. The data make
+// the order matter (magnitudes from 1e-4 to 1e4, a few tokens repeated many times, non-zero
+// starting gradients): adding in reverse order gives other bits, which the test checks too, so a
+// kernel that summed in another order would fail here.
+TEST(Embedding, CudaSumOrderIsTheCpuOrderBitwise) {
+  const int B = 4, T = 64, C = 24, V = 7;
+  std::vector<int32_t> tokens(B * T);
+  Rng rng(64);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng.next_u64() % V);
+  std::vector<float> dout = random_vector(size_t(B) * T * C, 65);
+  for (auto& d : dout) d *= std::pow(10.0f, static_cast<float>(rng.next_u64() % 9) - 4.0f);
+  const std::vector<float> dwte0 = random_vector(V * C, 66), dwpe0 = random_vector(T * C, 67);
+  std::vector<float> dwte = dwte0, dwpe = dwpe0;
+  embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C, V);
+
+  size_t wte_differ = 0, wpe_differ = 0, reversed_differ = 0;
+  for (int v = 0; v < V; ++v) {
+    for (int c = 0; c < C; ++c) {
+      const size_t i = size_t(v) * C + c;
+      const float e =
+          cuda::embedding_wte_grad_element(dwte0[i], dout.data(), tokens.data(), B * T, C, v, c);
+      wte_differ += std::memcmp(&e, &dwte[i], sizeof e) != 0;
+      float r = dwte0[i];
+      for (int k = B * T - 1; k >= 0; --k) {
+        if (tokens[k] == v) r += dout[size_t(k) * C + c];
+      }
+      reversed_differ += std::memcmp(&r, &dwte[i], sizeof r) != 0;
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int c = 0; c < C; ++c) {
+      const size_t i = size_t(t) * C + c;
+      const float e = cuda::embedding_wpe_grad_element(dwpe0[i], dout.data(), B, T, C, t, c);
+      wpe_differ += std::memcmp(&e, &dwpe[i], sizeof e) != 0;
+    }
+  }
+  EXPECT_EQ(wte_differ, 0u) << "of " << V * C << " dwte elements";
+  EXPECT_EQ(wpe_differ, 0u) << "of " << T * C << " dwpe elements";
+  EXPECT_GT(reversed_differ, size_t(V * C) / 4) << "the data do not make the order matter";
 }
 
 // Causal attention in double, straight from the definition.

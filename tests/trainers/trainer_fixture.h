@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -15,6 +16,20 @@
 
 namespace cohort::train::testing {
 namespace fs = std::filesystem;
+
+// Where the Fashion-MNIST IDX files are: $COHORT_FMNIST_DIR when set (scripts/gpu_check.sh points
+// it at its bundle), else the dataset-fashion-mnist package's folder.
+inline std::string fmnist_dir() {
+  const char* env = std::getenv("COHORT_FMNIST_DIR");
+  return env != nullptr && *env != '\0' ? env : kDefaultFmnistDir;
+}
+
+// True iff fmnist_dir() holds the training images (gzipped, as Debian ships them, or plain).
+inline bool have_fmnist() {
+  const std::string d = fmnist_dir();
+  return fs::exists(d + "/train-images-idx3-ubyte.gz") ||
+         fs::exists(d + "/train-images-idx3-ubyte");
+}
 
 class TrainerTest : public ::testing::Test {
  protected:
@@ -31,9 +46,8 @@ class TrainerTest : public ::testing::Test {
 
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
-  static bool have_fmnist() {
-    return fs::exists(std::string(kDefaultFmnistDir) + "/train-images-idx3-ubyte.gz");
-  }
+  static std::string fmnist_dir() { return testing::fmnist_dir(); }
+  static bool have_fmnist() { return testing::have_fmnist(); }
 
   // A deterministic English-like corpus: words drawn from a small vocabulary with Zipf-ish odds,
   // so a language model has something to learn quickly.

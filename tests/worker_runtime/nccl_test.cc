@@ -1,11 +1,14 @@
-// The NCCL process group with one rank on this machine's GPU (label gpu; skips without a device;
-// two ranks cannot share one GPU in one NCCL communicator). Every collective, dtype and op against
+// The NCCL process group with one rank on this machine's GPU (label gpu; skips without a device,
+// fails instead under COHORT_REQUIRE_GPU=1; two ranks cannot share one GPU in one NCCL
+// communicator). Every collective, dtype and op against
 // the host reference, plus a subgroup and the error path for a bad root.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "../common/require_gpu.h"
+#include "cohort/context.h"
 #include "cohort/nccl_process_group.h"
 #include "cohort/rdzv/memory_store.h"
 
@@ -40,7 +43,7 @@ std::unique_ptr<ProcessGroup> one_rank_group(MemoryStore& store) {
 }
 
 TEST(NcclGroup, OneRankCollectivesMatchTheHost) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  COHORT_SKIP_UNLESS_GPU(have_gpu());
   MemoryStore store;
   auto pg = one_rank_group(store);
   ASSERT_EQ(pg->size(), 1);
@@ -83,10 +86,31 @@ TEST(NcclGroup, OneRankCollectivesMatchTheHost) {
 }
 
 TEST(NcclGroup, UniqueIdGoesThroughTheStore) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  COHORT_SKIP_UNLESS_GPU(have_gpu());
   MemoryStore store;
   auto pg = one_rank_group(store);
   EXPECT_EQ(store.get("nccl_uid/test/0/0").size(), 128u);  // NCCL_UNIQUE_ID_BYTES
+}
+
+// From a Context, on the device the caller names (a trainer passes its model's): the group leaves
+// that device current, and refuses one that is not visible.
+TEST(NcclGroup, FromAContextOnTheGivenDevice) {
+  COHORT_SKIP_UNLESS_GPU(have_gpu());
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  WorkerIdentity id;
+  id.run_id = "nccl_test";
+  id.timeout = std::chrono::seconds(60);
+  Context ctx = Context::from_store(id, std::make_shared<MemoryStore>());
+  ProcessGroupOptions o;
+  o.timeout = std::chrono::seconds(60);
+  const int device = count - 1;
+  auto pg = new_nccl_process_group(ctx, device, o);
+  int current = -1;
+  ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, device);
+  pg->barrier();
+  EXPECT_THROW(new_nccl_process_group(ctx, count, o), CudaError);
 }
 
 }  // namespace

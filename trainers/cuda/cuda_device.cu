@@ -1,5 +1,6 @@
 // CudaDevice: the Device whose methods are the launchers of this folder, on one stream with one
 // cuBLAS handle bound to it.
+#include <cctype>
 #include <cstdio>
 #include <string>
 
@@ -24,6 +25,11 @@ class CudaDevice final : public Device {
     cudaDeviceProp prop{};
     COHORT_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
     name_ = prop.name;
+    char bus[32] = {};
+    COHORT_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, index));
+    pci_bus_id_ = bus;
+    for (char& ch : pci_bus_id_)
+      ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     COHORT_CUBLAS_CHECK(cublasCreate(&blas_));
     COHORT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
@@ -44,6 +50,8 @@ class CudaDevice final : public Device {
     return "cuda:" + std::to_string(index_) + " (" + name_ + ")";
   }
   void* native_stream() override { return stream_; }
+  int cuda_index() const override { return index_; }
+  std::string pci_bus_id() const override { return pci_bus_id_; }
 
   void* alloc(size_t bytes) override {
     void* p = nullptr;
@@ -121,8 +129,8 @@ class CudaDevice final : public Device {
     cuda::embedding_forward(out, tokens, wte, wpe, B, T, C, stream_);
   }
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                          int T, int C) override {
-    cuda::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, stream_);
+                          int T, int C, int V) override {
+    cuda::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, V, stream_);
   }
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                          int NH) override {
@@ -164,6 +172,7 @@ class CudaDevice final : public Device {
  private:
   int index_;
   std::string name_;
+  std::string pci_bus_id_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   double* norm_scratch_ = nullptr;
@@ -187,7 +196,13 @@ std::unique_ptr<Device> make_cuda_device(int index) {
     throw CudaError(std::string("no CUDA device available: ") +
                     (err != cudaSuccess ? cudaGetErrorString(err) : "none visible"));
   }
-  return std::make_unique<CudaDevice>(index % count);
+  if (index < 0 || index >= count) {
+    throw CudaError(
+        "cuda:" + std::to_string(index) + " is not a visible GPU: " + std::to_string(count) +
+        (count == 1 ? " is" : " are") + " visible (cuda:0 to cuda:" + std::to_string(count - 1) +
+        "; CUDA_VISIBLE_DEVICES narrows and renumbers them)");
+  }
+  return std::make_unique<CudaDevice>(index);
 }
 
 }  // namespace cohort::train

@@ -12,15 +12,20 @@ __device__ float warp_sum(float v) {
   return v;
 }
 
-// One warp per row. Every lane reads what it needs before any lane writes, so probs may alias
-// logits (the shuffles order the reads before the writes).
+// One warp per row (n is the same for all 32 lanes, so a warp returns or stays as a whole).
+// probs may alias logits (the GPT computes them in place): each lane writes only the elements it
+// read itself, except z[target], which lane 0 reads for the loss. The shuffles do not order
+// memory, and under independent thread scheduling (Volta and later) a lane may run ahead into the
+// write loop while lane 0's read of z[target] is still pending, or the compiler may sink that
+// read past the shuffles; the __syncwarp() below is the memory barrier that orders it before any
+// lane's write.
 __global__ void softmax_xent_forward_kernel(float* losses, float* probs, const float* logits,
                                             const int32_t* targets, int N, int V) {
   const int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (n >= N) return;
   const float* z = logits + static_cast<size_t>(n) * V;
-  const float target_logit = z[targets[n]];
+  const float target_logit = lane == 0 ? z[targets[n]] : 0.0f;
   float mx = -INFINITY;
   for (int i = lane; i < V; i += 32) mx = fmaxf(mx, z[i]);
   mx = warp_max(mx);
@@ -28,6 +33,7 @@ __global__ void softmax_xent_forward_kernel(float* losses, float* probs, const f
   for (int i = lane; i < V; i += 32) s += expf(z[i] - mx);
   s = warp_sum(s);
   const float inv = 1.0f / s;
+  __syncwarp();  // every read of z (lane 0's z[target] included) before any write to p
   float* p = probs + static_cast<size_t>(n) * V;
   for (int i = lane; i < V; i += 32) p[i] = expf(z[i] - mx) * inv;
   if (lane == 0) losses[n] = logf(s) + mx - target_logit;

@@ -21,7 +21,7 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 
 COHORT_TRAIN_CLONES
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C) {
+                        int T, int C, int /*V*/) {
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       const float* d = dout + (static_cast<size_t>(b) * T + t) * C;

@@ -37,6 +37,8 @@ void define_options(CLI::App& app, Cli& c) {
   app.add_option("--max-steps", c.o.max_steps, "stop after this many steps (0: all epochs)");
   app.add_option("--train-limit", c.o.train_limit, "use only the first N training images");
   app.add_option("--test-limit", c.o.test_limit, "evaluate on the first N test images");
+  app.add_option("--eval-every", c.o.eval_every,
+                 "also evaluate every N steps (default: at the end of each epoch only)");
   add_common_options(app, c.o, c.w, c.summary);
   app.add_option("--min-test-accuracy", c.min_accuracy,
                  "exit with status 3 when the final test accuracy is lower (checks, CI)");
@@ -71,6 +73,8 @@ int real_main(int argc, char** argv) {
                               {"ema_decay", c.o.ema_decay},
                               {"train_loss", r.last_loss},
                               {"samples_per_s", r.samples_per_s},
+                              {"device", worker->device().describe()},
+                              {"gradient_path", worker->comm().describe()},
                               {"train_seconds", r.train_seconds},
                               {"comm_seconds", r.comm_seconds}});
     if (r.test_accuracy < c.min_accuracy) {

@@ -55,9 +55,10 @@ int real_main(int argc, char** argv) {
   const GptResult r = train_gpt(c.o, worker->device(), worker->comm());
   if (worker->rank() == 0) {
     std::printf(
-        "final: train loss %.4f  validation loss %.4f  %.0f tokens/s  %lld steps  "
-        "(%.1f%% of step time in the gradient allreduce)\n",
-        r.last_loss, r.val_loss, r.tokens_per_s, static_cast<long long>(r.steps),
+        "final: train loss %.4f  validation loss %.4f  %.0f tokens/s (%.3g model TFLOP/s)  "
+        "%lld steps  (%.1f%% of step time in the gradient allreduce)\n",
+        r.last_loss, r.val_loss, r.tokens_per_s, r.flops_per_token * r.tokens_per_s / 1e12,
+        static_cast<long long>(r.steps),
         r.train_seconds > 0 ? 100.0 * r.comm_seconds / r.train_seconds : 0.0);
     write_summary(c.summary, {{"model", "gpt"},
                               {"world_size", worker->world_size()},
@@ -66,6 +67,10 @@ int real_main(int argc, char** argv) {
                               {"train_loss", r.last_loss},
                               {"val_loss", r.val_loss},
                               {"tokens_per_s", r.tokens_per_s},
+                              {"model_flops_per_token", r.flops_per_token},
+                              {"model_tflops", r.flops_per_token * r.tokens_per_s / 1e12},
+                              {"device", worker->device().describe()},
+                              {"gradient_path", worker->comm().describe()},
                               {"train_seconds", r.train_seconds},
                               {"comm_seconds", r.comm_seconds}});
     if (c.max_val_loss > 0 && r.val_loss > c.max_val_loss) {

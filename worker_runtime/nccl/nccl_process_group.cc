@@ -298,20 +298,31 @@ std::unique_ptr<ProcessGroup> new_nccl_process_group(Store& store, int rank, int
   return g;
 }
 
-std::unique_ptr<ProcessGroup> new_nccl_process_group(Context& context,
+std::unique_ptr<ProcessGroup> new_nccl_process_group(Context& context, int device,
                                                      const ProcessGroupOptions& options) {
   const WorkerIdentity& id = context.identity();
+  int devices = 0;
+  COHORT_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  if (device < 0 || device >= devices) {
+    throw CudaError("cohort: new_nccl_process_group: CUDA device " + std::to_string(device) +
+                    " is not visible (" + std::to_string(devices) + " visible)");
+  }
   ProcessGroupOptions o = options;
   if (id.timeout_from_env) o.timeout = id.timeout;
   const std::string key = "nccl_uid/" + id.run_id + "/" + std::to_string(id.restart_count) + "/" +
                           std::to_string(context.next_group_id());
+  return new_nccl_process_group(context.store(), id.rank, id.world_size, device, o, key);
+}
+
+std::unique_ptr<ProcessGroup> new_nccl_process_group(Context& context,
+                                                     const ProcessGroupOptions& options) {
   // One device per local rank; a launcher that already narrowed CUDA_VISIBLE_DEVICES to fewer
   // devices than local ranks (Slurm's GPU binding) leaves each rank its share.
   int devices = 0;
   COHORT_CUDA_CHECK(cudaGetDeviceCount(&devices));
   if (devices < 1) throw CudaError("cohort: new_nccl_process_group: no CUDA device is visible");
-  const int device = id.local_rank < devices ? id.local_rank : id.local_rank % devices;
-  return new_nccl_process_group(context.store(), id.rank, id.world_size, device, o, key);
+  const int local_rank = context.identity().local_rank;
+  return new_nccl_process_group(context, local_rank % devices, options);
 }
 
 }  // namespace cohort

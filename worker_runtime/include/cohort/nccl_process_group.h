@@ -1,11 +1,12 @@
 // The NCCL process group: collectives over GPU memory (built when CUDA and NCCL are found;
 // COHORT_HAVE_NCCL is then defined for users of libcohort).
 //
-// Bootstrap: cudaSetDevice(device) (from a Context: local_rank, modulo the visible devices);
-// rank 0 creates the NCCL unique id and publishes it in the
-// store under "nccl_uid/<run id>/<restart count>/<communicator sequence>", the others wait for it
-// with the store's timeout; the communicator is initialised non-blocking and polled against the
-// group's deadline (docs/NCCL.md).
+// Bootstrap: cudaSetDevice(device) (from a Context: the device given, else local_rank modulo the
+// visible devices); rank 0 creates the NCCL unique id and publishes it in the store under
+// "nccl_uid/<run id>/<restart count>/<communicator sequence>" (as PyTorch's ProcessGroupNCCL
+// broadcasts it), the others wait for it with the store's timeout; the communicator is
+// initialised non-blocking (ncclCommInitRankConfig with config.blocking = 0, NCCL >= 2.14) and
+// polled against the group's deadline (docs/NCCL.md).
 //
 // Every collective is enqueued on options.cuda_stream (default: the legacy default stream) and the
 // calling thread waits for it, polling the CUDA event and ncclCommGetAsyncError() against the
@@ -31,6 +32,13 @@ namespace cohort {
 // overrides options.timeout. Throws CollectiveError (timeout, NCCL error) or CudaError.
 std::unique_ptr<ProcessGroup> new_nccl_process_group(Context& context,
                                                      const ProcessGroupOptions& options = {});
+
+// The same on CUDA device `device` of this process (0 <= device < the visible devices): the
+// device the caller's buffers and options.cuda_stream belong to, which the group leaves current.
+// A trainer passes its model's device, so that both agree whatever CUDA_VISIBLE_DEVICES or
+// --device cuda:N chose. Throws CudaError for a device that is not visible.
+std::unique_ptr<ProcessGroup> new_nccl_process_group(Context& context, int device,
+                                                     const ProcessGroupOptions& options);
 
 // The same over an explicit store: ranks 0..size-1 on `device` each, the unique id under
 // `uid_key`. `store` must outlive the call.

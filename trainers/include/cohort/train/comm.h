@@ -31,6 +31,9 @@ class Comm {
 
   int rank() const { return pg_ ? pg_->rank() : 0; }
   int world() const { return pg_ ? pg_->size() : 1; }
+  // The gradients' path, for logs: "one process", "NCCL", "CPU group" or "CPU group, staged
+  // through host memory" (a GPU model in a CPU group).
+  const char* describe() const;
 
   // Sums `n` floats of `dev_buf` (on the Device) across ranks, in place. One collective.
   void allreduce_sum(float* dev_buf, size_t n);

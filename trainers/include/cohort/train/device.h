@@ -27,6 +27,12 @@ class Device {
   virtual DeviceKind kind() const = 0;
   // "cpu (OpenBLAS Cooperlake, 1 thread)", "cuda:0 (NVIDIA H200)".
   virtual std::string describe() const = 0;
+  // The CUDA device index the Device runs on (-1 on the CPU). Whatever else works on this
+  // Device's memory or stream (the NCCL group) must use this index.
+  virtual int cuda_index() const { return -1; }
+  // The GPU's PCI bus id, lower case ("0000:3b:00.0"); "" on the CPU. Two processes of one
+  // machine share a GPU iff their ids are equal, whatever CUDA_VISIBLE_DEVICES numbered it.
+  virtual std::string pci_bus_id() const { return {}; }
 
   // ---- memory (bytes) ----
   // Returns `bytes` of device memory (64-byte aligned); throws std::bad_alloc / CudaError.
@@ -70,7 +76,7 @@ class Device {
   virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
                                  const float* wpe, int B, int T, int C) = 0;
   virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                  const int32_t* tokens, int B, int T, int C) = 0;
+                                  const int32_t* tokens, int B, int T, int C, int V) = 0;
   virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                                  int NH) = 0;
   virtual void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
@@ -101,8 +107,8 @@ bool cuda_device_available();
 // Number of visible CUDA devices (0 without CUDA).
 int cuda_device_count();
 
-// A CUDA device on GPU `index`. Throws cohort::train::CudaError when the build has no CUDA or the
-// GPU cannot be used.
+// A CUDA device on GPU `index` (0 <= index < cuda_device_count()). Throws cohort::train::CudaError
+// when the build has no CUDA, no such GPU is visible or it cannot be used.
 std::unique_ptr<Device> make_cuda_device(int index);
 
 // Owns `count` elements of T on a device. Move-only.

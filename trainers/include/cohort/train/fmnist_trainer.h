@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "cohort/train/comm.h"
 #include "cohort/train/device.h"
@@ -45,6 +46,7 @@ struct FmnistOptions {
   int64_t max_steps = 0;       // stop after this many optimiser steps in total (0: run all epochs)
   int64_t train_limit = 0;     // use only the first N training images (0: all 60,000)
   int64_t test_limit = 0;      // evaluate on the first N test images (0: all 10,000)
+  int64_t eval_every = 0;      // also evaluate every N steps (0: only at the end of each epoch)
   std::string checkpoint_dir;  // "" disables checkpoints and resuming
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
   int keep_checkpoints = 2;
@@ -54,6 +56,13 @@ struct FmnistOptions {
   std::FILE* out = stdout;   // rank 0's progress and results (nullptr: silent)
   bool progress_bar = true;  // draw a bar when `out` is a terminal
   std::function<void()> on_step;  // called after every step (heartbeats, fault-injection tests)
+};
+
+// One evaluation of the test set: of the weight average (when ema_decay > 0) and of the weights.
+struct FmnistEval {
+  int64_t step = 0;
+  double test_accuracy = 0;
+  double raw_test_accuracy = 0;
 };
 
 struct FmnistResult {
@@ -67,9 +76,10 @@ struct FmnistResult {
   double last_loss = 0;      // mean training loss of the last step, averaged over ranks
   double samples_per_s = 0;  // all ranks together, training steps only
   double train_seconds = 0;
-  double comm_seconds = 0;   // of train_seconds, in the gradient allreduce (waiting included)
-  uint32_t params_crc = 0;   // crc32 of the final parameters (the same on every rank)
-  uint32_t average_crc = 0;  // crc32 of the final weight average (0 when ema_decay is 0)
+  double comm_seconds = 0;        // of train_seconds, in the gradient allreduce (waiting included)
+  uint32_t params_crc = 0;        // crc32 of the final parameters (the same on every rank)
+  uint32_t average_crc = 0;       // crc32 of the final weight average (0 when ema_decay is 0)
+  std::vector<FmnistEval> evals;  // every evaluation of this call, in order
 };
 
 // Trains on `dev` with `comm`'s ranks. Throws std::runtime_error (data, checkpoints) or

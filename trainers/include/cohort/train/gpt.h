@@ -43,6 +43,11 @@ class Gpt {
   // scalar (the loss) in the same allreduce. zero_grad() clears it too.
   float* grads() { return grads_.get(); }
   int max_batch() const { return max_batch_; }
+  // Model FLOPs of training on one token of a sequence of T (forward and backward), by the PaLM
+  // paper's count (Chowdhery et al. 2022, appendix B; nanoGPT's estimate_mfu): 6 per weight that
+  // multiplies (every parameter but the position embeddings, which are only added) plus 12 L C T
+  // for the attention scores and their weighted sums. The basis of model FLOPs utilisation.
+  double flops_per_token(int T) const;
 
   // build-nanogpt's initialisation, drawn from Rng(seed) in layout order.
   void init(uint64_t seed);

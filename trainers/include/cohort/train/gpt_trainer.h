@@ -57,6 +57,7 @@ struct GptResult {
   double val_loss = 0;   // of the last validation
   double grad_norm = 0;  // global gradient norm of the last step, before clipping
   double tokens_per_s = 0;
+  double flops_per_token = 0;  // model FLOPs per trained token (Gpt::flops_per_token)
   double train_seconds = 0;
   double comm_seconds = 0;  // of train_seconds, in the gradient allreduce (waiting included)
   uint32_t params_crc = 0;

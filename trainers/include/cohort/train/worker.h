@@ -1,9 +1,12 @@
 // cohort::train::Worker: what a trainer binary needs from its launcher, set up in one call.
 //
 // From the environment (cohortrun, torchrun, Slurm or Open MPI; see cohort/context.h): the rank,
-// the world, a process group (CPU, or NCCL for --device cuda), the compute device (cuda:<local
-// rank modulo the GPUs>), OpenBLAS threads from OMP_NUM_THREADS, and a per-step hook that sends
+// the world, the compute device (--device cuda: GPU <local rank modulo the visible GPUs>; cuda:N:
+// GPU N), a process group, OpenBLAS threads from OMP_NUM_THREADS, and a per-step hook that sends
 // heartbeats. Without a launcher (no WORLD_SIZE) the worker is a single process.
+//
+// The group is NCCL when every rank has a GPU of its own, else the CPU group; all ranks agree
+// through the store (gradient_path.h). The NCCL group runs on the model's device and stream.
 //
 // Thread safety: none; owned by main.
 #pragma once
@@ -14,6 +17,10 @@
 
 #include "cohort/train/comm.h"
 #include "cohort/train/device.h"
+
+namespace cohort {
+class Context;
+}
 
 namespace cohort::train {
 
@@ -27,6 +34,10 @@ class Worker {
   // Connects to the launcher's store and builds the group; throws cohort::Error (no store, bad
   // environment), CudaError (no GPU) or std::invalid_argument (unknown device).
   static std::unique_ptr<Worker> start(const WorkerOptions& options);
+  // The same over an existing Context (tests, embedders; defined only in builds with libcohort,
+  // COHORT_TRAIN_HAVE_RUNTIME). The process group is built even for a world of one, so a one-rank
+  // job takes the data-parallel path (NCCL on a one-GPU machine).
+  static std::unique_ptr<Worker> start(const WorkerOptions& options, cohort::Context context);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -37,16 +48,22 @@ class Worker {
   int local_rank() const { return local_rank_; }
   int world_size() const { return world_; }
   int restart_count() const { return restart_count_; }
+  // Why the gradients take the path they do, one line: "one process", or gradient_path.h's
+  // reason ("NCCL: 2 ranks, each on a GPU of its own", "CPU group, ...: ranks 0 and 1 share ...").
+  const std::string& gradient_path() const { return gradient_path_; }
   // Call after every step: sends a heartbeat to the local agent when the launcher asked for them.
   std::function<void()> step_hook();
 
  private:
   Worker() = default;
   struct Runtime;  // Context and process group, when libcohort is linked
-  std::unique_ptr<Runtime> runtime_;
+  // Destroyed in reverse order: the Comm, then the group (a NCCL communicator is finalised while
+  // the device's stream it was given still exists), then the Context, and the device last.
   std::unique_ptr<Device> device_;
+  std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<Comm> comm_;
   int rank_ = 0, local_rank_ = 0, world_ = 1, restart_count_ = 0;
+  std::string gradient_path_ = "one process";
 };
 
 // Runs a trainer's main(): returns what main_fn returns. An exception that escapes it ends the
