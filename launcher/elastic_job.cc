@@ -7,7 +7,9 @@
 
 #include "cohort/base/random.h"
 #include "cohort/error.h"
+#ifdef COHORT_HAVE_ETCD
 #include "cohort/rdzv/etcd_store.h"
+#endif
 #include "cohort/rdzv/tcp_store.h"
 #include "round_ops.h"
 
@@ -88,6 +90,11 @@ ElasticJob::Setup make_setup(const ElasticJobSettings& s,
   client.dialect = StoreDialect::kCurrent;
   client.tagged_writes = true;
   if (etcd) {
+#ifndef COHORT_HAVE_ETCD
+    throw UsageError(
+        "--rdzv-backend etcd: this cohortrun was built without libcurl, so without the etcd "
+        "backend; use --rdzv-backend c10d (a cohortd), or rebuild with libcurl");
+#else
     setup.factory = [client](const std::atomic<bool>* abandon) -> std::unique_ptr<Store> {
       EtcdStoreOptions o;
       o.host = client.host;
@@ -98,6 +105,7 @@ ElasticJob::Setup make_setup(const ElasticJobSettings& s,
       o.abandon = abandon;
       return std::make_unique<EtcdStore>(o);
     };
+#endif
   } else {
     setup.factory = [client](const std::atomic<bool>* abandon) -> std::unique_ptr<Store> {
       TcpStoreOptions o = client;
