@@ -1,5 +1,6 @@
 #include "job_plan.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 
@@ -79,6 +80,27 @@ JobPlan make_plan(LaunchConfig config, const EnvMap& env) {
                       " for each of the " + std::to_string(p.nproc) + " workers (" +
                       std::to_string(cpu_count()) + " cores / " + std::to_string(p.nproc) +
                       " workers); set OMP_NUM_THREADS to choose otherwise.");
+  }
+  if (config.numa_binding != NumaBinding::kNone) {
+    std::set<int> allowed;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+      for (int i = 0; i < CPU_SETSIZE; ++i)
+        if (CPU_ISSET(i, &set)) allowed.insert(i);
+    CpuTopology t = read_cpu_topology("/sys", allowed);
+    auto visible = visible_gpu_indices(env.contains("CUDA_VISIBLE_DEVICES")
+                                           ? env.at("CUDA_VISIBLE_DEVICES")
+                                           : std::string());
+    if (auto why = binding_not_useful(t, config.numa_binding)) {
+      p.notes.push_back(*why);
+    } else if (!visible) {
+      p.notes.push_back("--numa-binding: CUDA_VISIBLE_DEVICES names GPUs by UUID; workers are not "
+                        "bound (give indices)");
+    } else {
+      p.numa = std::move(t);
+      p.numa_visible = *visible;
+    }
   }
   p.log_root = make_log_root(config.log_dir, p.run_id);
   p.config = std::move(config);

@@ -11,6 +11,7 @@
 #include "cohort/base/environment.h"
 #include "cohort/launch/launch_config.h"
 #include "entrypoint.h"
+#include "numa_binding.h"
 #include "rdzv_conf.h"
 
 namespace cohort::launch {
@@ -25,6 +26,10 @@ struct JobPlan {
   std::optional<int> omp_threads;  // set when cohortrun chooses OMP_NUM_THREADS
   RdzvConf rdzv_conf;
   std::vector<int> stop_signals;   // --signals-to-handle
+  // --numa-binding: the machine, and the visible GPUs' bus-order indices (empty: all); nullopt
+  // when binding is off or pointless here (a note says why).
+  std::optional<CpuTopology> numa;
+  std::vector<int> numa_visible;
   std::vector<std::string> notes;  // for the log, once it exists
 };
 

@@ -53,6 +53,12 @@ NodeAgent::NodeAgent(JobPlan plan, EnvMap env, NodeAgentDeps deps)
       log_(private_logger("cohortrun", console_log_sink(*err_), "warning")),
       signals_(io_),
       agent_(AgentOptions{plan_.config.max_restarts, plan_.config.term_timeout}),
+      events_(plan_.config.event_log_handler == "console" ? err_ : nullptr,
+              EventContext{plan_.run_id, plan_.config.role, plan_.host,
+                           plan_.config.rdzv_backend == RdzvBackend::kStatic ? "static"
+                           : plan_.config.rdzv_backend == RdzvBackend::kEtcd ? "etcd"
+                                                                            : "c10d",
+                           plan_.command.title, plan_.config.max_restarts}),
       stop_timer_(clock_.make_timer()),
       finish_timer_(clock_.make_timer()) {}
 
@@ -272,6 +278,11 @@ void NodeAgent::start_workers(const RankAssignment& a) {
   }
   WorkerGroupEvents events;
   events.exited = [this](int lr, std::optional<WorkerFailure> f) {
+    events_.worker(f ? "FAILED" : "SUCCEEDED", assignment_.node_rank, assignment_.nnodes, lr,
+                   assignment_.base_rank + lr, assignment_.world_size,
+                   static_cast<size_t>(lr) < worker_pids_.size() ? worker_pids_[lr] : 0,
+                   f ? std::optional<int>(f->exit_code) : std::optional<int>(0),
+                   assignment_.restart_count, f ? f->message : std::string());
     if (f) {
       if (agent_.phase() == Agent::Phase::kRunning) {
         log_->warn("local rank {} (rank {}, pid {}) {}", lr, f->global_rank, f->pid, f->reason);
@@ -294,6 +305,13 @@ void NodeAgent::start_workers(const RankAssignment& a) {
     if (!stopped_) handle(agent_.on_fatal(why));
   });
   group_->start();
+  worker_pids_ = group_->running_pids();
+  int lr = 0;
+  for (pid_t pid : worker_pids_) {
+    events_.worker("START", a.node_rank, a.nnodes, lr, a.base_rank + lr, a.world_size, pid,
+                   std::nullopt, a.restart_count);
+    ++lr;
+  }
 }
 
 void NodeAgent::stop_workers(int sig, std::chrono::milliseconds grace) {
@@ -310,6 +328,8 @@ void NodeAgent::finish(const action::Finish& f) {
     log_->info("all {} workers of node {} succeeded", assignment_.local_world_size,
                assignment_.node_rank);
   }
+  events_.agent(f.failed ? "FAILED" : "SUCCEEDED", assignment_.node_rank, assignment_.nnodes,
+                agent_.restart_count(), f.reason);
   if (f.signal != 0 || !f.reason.empty()) {
     // Stopped here (a signal, a lost store): the store may be unreachable or busy with a call
     // that will not return; say what is known and go, after a moment for the abort to land.

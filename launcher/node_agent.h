@@ -22,6 +22,7 @@
 #include "agent.h"
 #include "cohort/base/environment.h"
 #include "console.h"
+#include "event_log.h"
 #include "job_plan.h"
 #include "job_rendezvous.h"
 #include "loop_clock.h"
@@ -100,6 +101,8 @@ class NodeAgent {
   std::unique_ptr<JobRendezvous> rdzv_;
   std::unique_ptr<WorkerGroup> group_;
   RankAssignment assignment_;
+  EventLog events_;
+  std::vector<pid_t> worker_pids_;  // this round's, by local rank
   std::unique_ptr<LoopTimer> stop_timer_;
   std::unique_ptr<LoopTimer> finish_timer_;
   bool finishing_ = false;  // the Agent said Finish; summary and barrier under way

@@ -1,6 +1,7 @@
 #include "process_spawner.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -87,8 +88,16 @@ int pidfd_open(pid_t pid) {
 }
 
 // After fork, in the child: only async-signal-safe calls until exec.
+// What binds a worker to CPUs and memory nodes, prepared before fork.
+struct Binding {
+  bool cpus = false;
+  cpu_set_t cpu_set;
+  bool memory = false;
+  unsigned long node_mask[16] = {};  // 1024 nodes
+};
+
 [[noreturn]] void child(char* const* argv, char* const* envp, pid_t parent, int out_w, int err_w,
-                        int hb_w, const int* inherit, size_t n_inherit) {
+                        int hb_w, const int* inherit, size_t n_inherit, const Binding& bind) {
   // Signals are blocked (the parent forked with all of them blocked): reset cohortrun's handlers
   // and ignored signals (SIGPIPE) first, so that a signal arriving now takes its default effect
   // once unblocked, and the worker starts with the dispositions a shell would give it.
@@ -106,6 +115,11 @@ int pidfd_open(pid_t pid) {
   if (err_w >= 0) ::dup2(err_w, STDERR_FILENO);
   if (hb_w >= 0) ::fcntl(hb_w, F_SETFD, 0);  // keep the heartbeat pipe across exec
   for (size_t i = 0; i < n_inherit; ++i) ::fcntl(inherit[i], F_SETFD, 0);
+  if (bind.cpus) ::sched_setaffinity(0, sizeof(bind.cpu_set), &bind.cpu_set);
+  if (bind.memory) {
+    constexpr int kMpolBind = 2;  // MPOL_BIND (linux/mempolicy.h)
+    ::syscall(SYS_set_mempolicy, kMpolBind, bind.node_mask, sizeof(bind.node_mask) * 8);
+  }
   ::execvpe(argv[0], argv, envp);
   int e = errno;
   const char* msg1 = "cohortrun: cannot execute '";
@@ -139,6 +153,20 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
+  Binding bind;
+  CPU_ZERO(&bind.cpu_set);
+  for (int cpu : req.cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) continue;
+    CPU_SET(cpu, &bind.cpu_set);
+    bind.cpus = true;
+  }
+  for (int node : req.mem_nodes) {
+    constexpr int kBits = 8 * sizeof(unsigned long);
+    if (node < 0 || node >= 16 * kBits) continue;
+    bind.node_mask[node / kBits] |= 1ul << (node % kBits);
+    bind.memory = true;
+  }
+
   pid_t parent = ::getpid();
   sigset_t all, old;
   ::sigfillset(&all);
@@ -148,7 +176,7 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
   if (pid < 0) fail("fork");
   if (pid == 0) {
     child(argv.data(), envp.data(), parent, out.write, err.write, hb.write, req.inherit_fds.data(),
-          req.inherit_fds.size());
+          req.inherit_fds.size(), bind);
   }
 
   ::setpgid(pid, pid);  // also from the parent, so the group exists before we ever signal it

@@ -31,6 +31,10 @@ struct SpawnRequest {
   // Descriptors the worker inherits at the same numbers (close-on-exec cleared), e.g. a token
   // file descriptor. The caller keeps ownership.
   std::vector<int> inherit_fds;
+  // --numa-binding: the CPUs the worker may run on and the NUMA nodes its memory comes from
+  // (empty: unchanged).
+  std::vector<int> cpus;
+  std::vector<int> mem_nodes;
 };
 
 struct SpawnedProcess {

@@ -1,6 +1,7 @@
 #include "worker_specs.h"
 
 #include <filesystem>
+#include <sstream>
 
 #include "cohort/error.h"
 #include "console.h"
@@ -8,6 +9,17 @@
 
 namespace cohort::launch {
 namespace {
+
+// Sets KEY=VALUE in an environment list, replacing KEY's entry.
+void set_env(std::vector<std::string>* env, const std::string& key, const std::string& value) {
+  for (auto& e : *env) {
+    if (e.size() > key.size() && e.compare(0, key.size(), key) == 0 && e[key.size()] == '=') {
+      e = key + "=" + value;
+      return;
+    }
+  }
+  env->push_back(key + "=" + value);
+}
 
 void replace_all(std::string* s, const std::string& what, const std::string& with) {
   for (size_t at = s->find(what); at != std::string::npos; at = s->find(what, at + with.size()))
@@ -89,6 +101,28 @@ GroupSpec make_group_spec(const JobPlan& plan, const EnvMap& env, const RankAssi
     in.omp_num_threads = plan.omp_threads;
     in.agent_id = agent_id;
     w.request.env = build_worker_env(env, in);
+    if (c.virtual_local_rank) {
+      // torchrun 2.x: LOCAL_RANK 0, and only the worker's own GPU visible, as device 0.
+      auto it = env.find("CUDA_VISIBLE_DEVICES");
+      std::string device = std::to_string(lr);
+      if (it != env.end()) {
+        std::vector<std::string> list;
+        std::stringstream ss(it->second);
+        for (std::string item; std::getline(ss, item, ',');) list.push_back(item);
+        if (static_cast<size_t>(lr) >= list.size()) {
+          throw UsageError("--virtual-local-rank: local rank " + std::to_string(lr) +
+                           " has no GPU in CUDA_VISIBLE_DEVICES=" + it->second);
+        }
+        device = list[static_cast<size_t>(lr)];
+      }
+      set_env(&w.request.env, "LOCAL_RANK", "0");
+      set_env(&w.request.env, "CUDA_VISIBLE_DEVICES", device);
+    }
+    if (plan.numa) {
+      Placement place = place_worker(*plan.numa, c.numa_binding, lr, plan.numa_visible);
+      w.request.cpus.assign(place.cpus.begin(), place.cpus.end());
+      w.request.mem_nodes.assign(place.mem_nodes.begin(), place.mem_nodes.end());
+    }
     w.request.argv = plan.command.argv;
     if (c.append_local_rank) {
       w.request.argv.insert(w.request.argv.begin() + static_cast<long>(plan.command.args_at),
