@@ -213,8 +213,13 @@ void NodeAgent::handle(std::vector<Action> actions) {
                                    fatal_on_error("publishing success"));
           } else if constexpr (std::is_same_v<T, action::PublishAbort>) {
             rdzv_->stop_keep_alive();
+            abort_pending_ = true;
             rdzv_->publish_abort(act.round, assignment_.node_rank, act.detail,
-                                 [](std::exception_ptr) {});
+                                 [this](std::exception_ptr) {
+                                   abort_pending_ = false;
+                                   // Stopped here and only waiting for the abort to land: go.
+                                   if (leaving_) shut_down();
+                                 });
           } else if constexpr (std::is_same_v<T, action::Finish>) {
             finish(act);
           }
@@ -334,6 +339,11 @@ void NodeAgent::finish(const action::Finish& f) {
     // Stopped here (a signal, a lost store): the store may be unreachable or busy with a call
     // that will not return; say what is known and go, after a moment for the abort to land.
     report(f, f.local_failures);
+    if (!abort_pending_) {
+      shut_down();
+      return;
+    }
+    leaving_ = true;
     finish_timer_->start(std::chrono::duration_cast<std::chrono::milliseconds>(kAbortGrace),
                          [this] { shut_down(); });
     return;

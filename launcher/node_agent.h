@@ -106,6 +106,8 @@ class NodeAgent {
   std::unique_ptr<LoopTimer> stop_timer_;
   std::unique_ptr<LoopTimer> finish_timer_;
   bool finishing_ = false;  // the Agent said Finish; summary and barrier under way
+  bool abort_pending_ = false;  // an abort is on its way to the store
+  bool leaving_ = false;        // stopped here: exit once the abort landed (or its grace ended)
   bool stopped_ = false;
   int exit_code_ = 0;
 };

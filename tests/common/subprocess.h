@@ -102,6 +102,12 @@ class Subprocess {
     out_buf_.clear();
     return s;
   }
+  // What stderr has within the timeout (one read; "" when nothing came).
+  std::string read_some_stderr(std::chrono::milliseconds timeout) {
+    std::string s;
+    read_some(stderr_, &s, std::chrono::steady_clock::now() + timeout);
+    return s;
+  }
   std::string read_all_stderr(std::chrono::milliseconds timeout) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     std::string s;

@@ -21,6 +21,9 @@
 //   --escape-daemon      start a daemon the classic way (setsid and a second fork, stdio on
 //                        /dev/null) that sleeps 300 s; its pid goes to DIR/<rank>.attempt<a>.daemon
 //   --lines-done         after --lines, write DIR/<rank>.attempt<a>.lines_done
+//   --ignore-term        ignore SIGTERM (a worker that only SIGKILL stops)
+//   --report-tty         write DIR/<rank>.attempt<a>.tty: "out=<isatty(1)> err=<isatty(2)>"
+//   --partial TEXT       write TEXT to stderr without a newline (then --sleep)
 // In --stderr TEXT, "{attempt}" becomes TORCHELASTIC_RESTART_COUNT.
 #include <fcntl.h>
 #include <signal.h>
@@ -115,7 +118,8 @@ int main(int argc, char** argv) {
   double sleep_s = 0;
   std::string sig, stderr_text, error_msg;
   bool grandchild = false, hang = false, trap_term = false, trap_usr1 = false;
-  bool escape_daemon = false, lines_done = false;
+  bool escape_daemon = false, lines_done = false, ignore_term = false, report_tty = false;
+  std::string partial;
   double escape_chatter = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -156,6 +160,12 @@ int main(int argc, char** argv) {
       escape_daemon = true;
     else if (a == "--lines-done")
       lines_done = true;
+    else if (a == "--ignore-term")
+      ignore_term = true;
+    else if (a == "--report-tty")
+      report_tty = true;
+    else if (a == "--partial")
+      partial = next();
     else {
       std::fprintf(stderr, "cohort_test_worker: unknown argument %s\n", a.c_str());
       return 64;
@@ -169,6 +179,7 @@ int main(int argc, char** argv) {
   }
   if (trap_term) ::signal(SIGTERM, on_term);
   if (trap_usr1) ::signal(SIGUSR1, on_usr1);
+  if (ignore_term) ::signal(SIGTERM, SIG_IGN);
 
   std::string pids = std::to_string(::getpid()) + "\n";
   if (grandchild) {
@@ -184,6 +195,14 @@ int main(int argc, char** argv) {
     for (char** e = environ; *e; ++e) env += std::string(*e) + "\n";
     write_atomically(path("env"), env);
     write_atomically(path("pid"), pids);
+  }
+  if (report_tty && !g_out.empty()) {
+    write_atomically(path("tty"), "out=" + std::to_string(::isatty(1)) +
+                                      " err=" + std::to_string(::isatty(2)) + "\n");
+  }
+  if (!partial.empty()) {
+    std::fputs(partial.c_str(), stderr);
+    std::fflush(stderr);
   }
   if (escape_chatter > 0 && g_attempt == 0) {
     pid_t c = ::fork();
