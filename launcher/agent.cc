@@ -15,6 +15,7 @@ std::vector<Action> Agent::start() {
 std::vector<Action> Agent::on_rendezvous_done(const RankAssignment& assignment) {
   std::vector<Action> out;
   if (phase_ != Phase::kRendezvous || assignment.round <= round_) return out;
+  std::optional<Outcome> previous = outcome_;
   round_ = assignment.round;
   restart_count_ = assignment.restart_count;
   workers_.assign(static_cast<size_t>(assignment.local_world_size), WorkerState::kRunning);
@@ -22,8 +23,17 @@ std::vector<Action> Agent::on_rendezvous_done(const RankAssignment& assignment) 
   outcome_.reset();
   stop_reason_ = StopReason::kNone;
   phase_ = Phase::kRunning;
-  out.push_back(action::StartWorkers{assignment});
+  out.push_back(action::StartWorkers{assignment, std::move(previous)});
   return out;
+}
+
+bool Agent::is_stop_consequence(const WorkerFailure& f) const {
+  // Killed by a signal this agent sends to stop workers, or a shell's 128+N for one.
+  for (int sig : {SIGTERM, SIGKILL, stop_signal_}) {
+    if (sig == 0) continue;
+    if (f.exit_code == -sig || f.exit_code == 128 + sig) return true;
+  }
+  return false;
 }
 
 bool Agent::all_workers_gone() const {
@@ -33,6 +43,7 @@ bool Agent::all_workers_gone() const {
 
 void Agent::begin_stop(StopReason reason, int sig, std::vector<Action>* out) {
   phase_ = Phase::kStopping;
+  stop_signal_ = sig;
   stop_reason_ = reason;
   if (!all_workers_gone()) out->push_back(action::StopWorkers{sig, options_.term_timeout});
 }
@@ -60,8 +71,14 @@ std::vector<Action> Agent::on_worker_exited(int local_rank, std::optional<Worker
       advance(&out);
       return out;
     case Phase::kStopping:
-      // Exits after the stop decision are its consequences, not new failures.
+      // An exit after the stop decision is usually its consequence (the stop signal, SIGKILL),
+      // but a worker that failed on its own meanwhile (every rank raising at once) is a failure
+      // too: it joins the report.
       w = WorkerState::kGone;
+      if (failure && !is_stop_consequence(*failure) && stop_reason_ != StopReason::kSignal) {
+        failures_.push_back(*failure);
+        out.push_back(action::PublishFailure{round_, restart_count_, failures_});
+      }
       advance(&out);
       return out;
     default:

@@ -36,6 +36,7 @@ struct Rendezvous {
 };
 struct StartWorkers {
   RankAssignment assignment;
+  std::optional<Outcome> previous;  // how the round before ended (why this is a restart)
 };
 // Send `signal` to every running worker's process group; KillWorkers follows after `grace`
 // unless they are all gone by then (the Launcher arms the timer and reports StopDeadline).
@@ -111,6 +112,8 @@ class Agent {
 
   void begin_stop(StopReason reason, int sig, std::vector<Action>* out);
   bool all_workers_gone() const;
+  // True when `f` is how a worker ends when this agent stops it.
+  bool is_stop_consequence(const WorkerFailure& f) const;
   // Moves on once the workers are gone and the outcome is known.
   void advance(std::vector<Action>* out);
   void finish(int code, bool failed, std::vector<Action>* out, std::string reason = {});
@@ -124,6 +127,7 @@ class Agent {
   std::optional<Outcome> outcome_;       // of this round
   StopReason stop_reason_ = StopReason::kNone;
   int signal_ = 0;
+  int stop_signal_ = 0;  // the signal the current stop sent
   std::string fatal_reason_;
 };
 

@@ -347,6 +347,12 @@ const std::vector<Flag>& flags() {
         [](LaunchConfig& c, const std::string& v) {
           c.exit_barrier_timeout = seconds_value("--exit-barrier-timeout", v);
         });
+    own("--wait-after-first-exit", "SECONDS",
+        "Once one node's workers have all succeeded, the others may run this long before the job "
+        "is stopped, as srun -W (default: --exit-barrier-timeout; 0: no bound)",
+        [](LaunchConfig& c, const std::string& v) {
+          c.wait_after_first_exit = seconds_value("--wait-after-first-exit", v);
+        });
     own("--auth-token-file", "PATH",
         "Protect the store with the token in this file: agents and libcohort workers prove they "
         "know it; every node needs the same file",

@@ -141,6 +141,7 @@ RankAssignment DynamicProtocol::join(Store& store, int after_round, NodeInfo sel
         int restarts = round_ops::restarts_after(store, round - 1);
         auto nodes =
             round_ops::exchange_node_info(store, round, self, n, settings_.node_info_timeout);
+        check_same_settings(nodes);
         return assign_ranks(nodes, self.node_rank, round, restarts);
       }
       if (n < settings_.max_nodes) {

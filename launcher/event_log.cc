@@ -42,13 +42,14 @@ void EventLog::worker(const std::string& state, int group_rank, int group_world_
   md["global_rank"] = global_rank;
   md["worker_id"] = std::to_string(pid);
   // torchrun nests these as a JSON string, each value a 1-tuple.
-  md["metadata"] = json_text(json{{"group_world_size", group_world_size},
-                                  {"entry_point", context_.entry_point},
-                                  {"local_rank", json::array({local_rank})},
-                                  {"role_rank", json::array({global_rank})},
-                                  {"role_world_size", json::array({world_size})},
-                                  {"exit_code", json::array({exit_code ? json(*exit_code) : json()})},
-                                  {"worker_pid", json::array({pid})}});
+  md["metadata"] =
+      json_text(json{{"group_world_size", group_world_size},
+                     {"entry_point", context_.entry_point},
+                     {"local_rank", json::array({local_rank})},
+                     {"role_rank", json::array({global_rank})},
+                     {"role_world_size", json::array({world_size})},
+                     {"exit_code", json::array({exit_code ? json(*exit_code) : json()})},
+                     {"worker_pid", json::array({pid})}});
   json e{{"name", "torchelastic.worker.status." + state},
          {"source", "WORKER"},
          {"timestamp", 0},

@@ -26,8 +26,8 @@ std::string indent_lines(const std::string& text, size_t indent) {
   return out;
 }
 
-void block(std::ostringstream& os, size_t i, const WorkerFailure& f) {
-  os << "[" << i << "]:\n";
+void block(std::ostringstream& os, const WorkerFailure& f) {
+  os << "[" << f.global_rank << "]:\n";
   os << "  time      : " << format_time(f.timestamp) << "\n";
   os << "  host      : " << f.host << "\n";
   os << "  rank      : " << f.global_rank << " (local_rank: " << f.local_rank << ")\n";
@@ -44,19 +44,25 @@ void block(std::ostringstream& os, size_t i, const WorkerFailure& f) {
 }  // namespace
 
 std::string format_failure_report(const std::string& title, std::vector<WorkerFailure> failures) {
-  std::stable_sort(
+  // The root cause is the earliest; the others follow in rank order, as torchrun lists them.
+  auto root = std::min_element(
       failures.begin(), failures.end(),
       [](const WorkerFailure& a, const WorkerFailure& b) { return a.timestamp < b.timestamp; });
+  const WorkerFailure first = *root;
+  failures.erase(root);
+  std::stable_sort(
+      failures.begin(), failures.end(),
+      [](const WorkerFailure& a, const WorkerFailure& b) { return a.global_rank < b.global_rank; });
   const std::string eq(60, '='), dash(60, '-');
   std::ostringstream os;
   os << eq << "\n" << title << " FAILED\n" << dash << "\nFailures:\n";
-  if (failures.size() == 1) {
+  if (failures.empty()) {
     os << "  <NO_OTHER_FAILURES>\n";
   } else {
-    for (size_t i = 1; i < failures.size(); ++i) block(os, i, failures[i]);
+    for (const auto& f : failures) block(os, f);
   }
   os << dash << "\nRoot Cause (first observed failure):\n";
-  block(os, 0, failures.front());
+  block(os, first);
   os << eq << "\n";
   return os.str();
 }

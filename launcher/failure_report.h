@@ -7,7 +7,7 @@
 //     <NO_OTHER_FAILURES>
 //   ------------------------------------------------------------
 //   Root Cause (first observed failure):
-//   [0]:
+//   [1]:
 //     time      : 2026-11-30_03:13:26
 //     host      : node1
 //     rank      : 1 (local_rank: 1)
@@ -17,7 +17,8 @@
 //     traceback : <the worker's error file, or the last lines of its stderr>
 //   ============================================================
 //
-// The root cause is the earliest failure across the job.
+// The root cause is the earliest failure across the job; the others follow in rank order. Each
+// block is labelled with its global rank.
 #pragma once
 
 #include <string>

@@ -89,14 +89,14 @@ JobPlan make_plan(LaunchConfig config, const EnvMap& env) {
       for (int i = 0; i < CPU_SETSIZE; ++i)
         if (CPU_ISSET(i, &set)) allowed.insert(i);
     CpuTopology t = read_cpu_topology("/sys", allowed);
-    auto visible = visible_gpu_indices(env.contains("CUDA_VISIBLE_DEVICES")
-                                           ? env.at("CUDA_VISIBLE_DEVICES")
-                                           : std::string());
+    auto visible = visible_gpu_indices(
+        env.contains("CUDA_VISIBLE_DEVICES") ? env.at("CUDA_VISIBLE_DEVICES") : std::string());
     if (auto why = binding_not_useful(t, config.numa_binding)) {
       p.notes.push_back(*why);
     } else if (!visible) {
-      p.notes.push_back("--numa-binding: CUDA_VISIBLE_DEVICES names GPUs by UUID; workers are not "
-                        "bound (give indices)");
+      p.notes.push_back(
+          "--numa-binding: CUDA_VISIBLE_DEVICES names GPUs by UUID; workers are not "
+          "bound (give indices)");
     } else {
       p.numa = std::move(t);
       p.numa_visible = *visible;

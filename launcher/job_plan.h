@@ -25,7 +25,7 @@ struct JobPlan {
   WorkerCommand command;
   std::optional<int> omp_threads;  // set when cohortrun chooses OMP_NUM_THREADS
   RdzvConf rdzv_conf;
-  std::vector<int> stop_signals;   // --signals-to-handle
+  std::vector<int> stop_signals;  // --signals-to-handle
   // --numa-binding: the machine, and the visible GPUs' bus-order indices (empty: all); nullopt
   // when binding is off or pointless here (a note says why).
   std::optional<CpuTopology> numa;

@@ -57,10 +57,11 @@ NodeAgent::NodeAgent(JobPlan plan, EnvMap env, NodeAgentDeps deps)
               EventContext{plan_.run_id, plan_.config.role, plan_.host,
                            plan_.config.rdzv_backend == RdzvBackend::kStatic ? "static"
                            : plan_.config.rdzv_backend == RdzvBackend::kEtcd ? "etcd"
-                                                                            : "c10d",
+                                                                             : "c10d",
                            plan_.command.title, plan_.config.max_restarts}),
       stop_timer_(clock_.make_timer()),
-      finish_timer_(clock_.make_timer()) {}
+      finish_timer_(clock_.make_timer()),
+      wait_timer_(clock_.make_timer()) {}
 
 NodeAgent::~NodeAgent() {
   std::error_code ignored;
@@ -199,7 +200,7 @@ void NodeAgent::handle(std::vector<Action> actions) {
           if constexpr (std::is_same_v<T, action::Rendezvous>) {
             rendezvous(act.after_round);
           } else if constexpr (std::is_same_v<T, action::StartWorkers>) {
-            start_workers(act.assignment);
+            start_workers(act.assignment, act.previous);
           } else if constexpr (std::is_same_v<T, action::StopWorkers>) {
             stop_workers(act.signal, act.grace);
           } else if constexpr (std::is_same_v<T, action::KillWorkers>) {
@@ -211,6 +212,7 @@ void NodeAgent::handle(std::vector<Action> actions) {
           } else if constexpr (std::is_same_v<T, action::PublishSuccess>) {
             rdzv_->publish_success(act.round, assignment_.node_rank, assignment_.nnodes,
                                    fatal_on_error("publishing success"));
+            bound_the_others(act.round);
           } else if constexpr (std::is_same_v<T, action::PublishAbort>) {
             rdzv_->stop_keep_alive();
             abort_pending_ = true;
@@ -236,6 +238,18 @@ void NodeAgent::rendezvous(int after_round) {
   self.nproc = plan_.nproc;
   self.host = plan_.host;
   self.pid = static_cast<int>(::getpid());
+  // What every node of the job must agree on; the rendezvous refuses a mismatch.
+  const LaunchConfig& c = plan_.config;
+  auto secs = [](std::chrono::milliseconds d) { return std::to_string(d.count() / 1000.0); };
+  self.settings = {
+      {"--max-restarts", std::to_string(c.max_restarts)},
+      {"--nnodes", std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes)},
+      {"--worker-hang-timeout", secs(c.worker_hang_timeout)},
+      {"--timeout", c.collective_timeout.empty() ? "default" : c.collective_timeout},
+      {"--wait-after-first-exit", secs(wait_after_first_exit())},
+      {"--role", c.role},
+      {"the entry point", plan_.command.title},
+  };
   rdzv_->join(after_round, self, [this](std::exception_ptr err, RankAssignment a) {
     if (stopped_) return;
     if (err) {
@@ -258,7 +272,7 @@ void NodeAgent::rendezvous(int after_round) {
   });
 }
 
-void NodeAgent::start_workers(const RankAssignment& a) {
+void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outcome>& previous) {
   assignment_ = a;
   group_.reset();
   if (deps_.real_process) {
@@ -276,7 +290,8 @@ void NodeAgent::start_workers(const RankAssignment& a) {
              a.base_rank + a.local_world_size - 1, a.world_size, a.nnodes);
   GroupSpec spec;
   try {
-    spec = make_group_spec(plan_, env_, a, rdzv_->worker_store(a), agent_id(), *out_, *err_);
+    spec =
+        make_group_spec(plan_, env_, a, rdzv_->worker_store(a), agent_id(), previous, *out_, *err_);
   } catch (const std::exception& e) {
     handle(agent_.on_fatal(std::string("cannot prepare the workers: ") + e.what()));
     return;
@@ -319,6 +334,25 @@ void NodeAgent::start_workers(const RankAssignment& a) {
   }
 }
 
+std::chrono::milliseconds NodeAgent::wait_after_first_exit() const {
+  return plan_.config.wait_after_first_exit.value_or(plan_.config.exit_barrier_timeout);
+}
+
+void NodeAgent::bound_the_others(int round) {
+  const auto bound = wait_after_first_exit();
+  if (assignment_.nnodes < 2 || bound.count() == 0) return;
+  // srun -W: the others get `bound` to finish too; then the job is stopped everywhere.
+  wait_timer_->start(bound, [this, round, bound] {
+    if (agent_.phase() != Agent::Phase::kAwaitingOutcome || agent_.round() != round) return;
+    const std::string detail = "other nodes still ran " +
+                               std::to_string(bound.count() / 1000.0).substr(0, 4) +
+                               " s after node " + std::to_string(assignment_.node_rank) +
+                               "'s workers had all finished (--wait-after-first-exit)";
+    log_->warn("{}: stopping the job", detail);
+    rdzv_->publish_abort(round, assignment_.node_rank, detail, [](std::exception_ptr) {});
+  });
+}
+
 void NodeAgent::stop_workers(int sig, std::chrono::milliseconds grace) {
   if (group_) group_->signal(sig);
   stop_timer_->start(grace, [this] { handle(agent_.on_stop_deadline()); });
@@ -328,6 +362,7 @@ void NodeAgent::finish(const action::Finish& f) {
   finishing_ = true;
   exit_code_ = f.exit_code;
   stop_timer_->cancel();
+  wait_timer_->cancel();
   rdzv_->stop_keep_alive();
   if (!f.failed) {
     log_->info("all {} workers of node {} succeeded", assignment_.local_world_size,
@@ -397,6 +432,7 @@ void NodeAgent::shut_down() {
   stopped_ = true;
   stop_timer_->cancel();
   finish_timer_->cancel();
+  wait_timer_->cancel();
   std::error_code ignored;
   signals_.cancel(ignored);
   group_.reset();

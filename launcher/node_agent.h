@@ -70,7 +70,7 @@ class NodeAgent {
  private:
   void handle(std::vector<Action> actions);
   void rendezvous(int after_round);
-  void start_workers(const RankAssignment& a);
+  void start_workers(const RankAssignment& a, const std::optional<Outcome>& previous);
   void stop_workers(int sig, std::chrono::milliseconds grace);
   void finish(const action::Finish& f);
   void report(const action::Finish& f, std::vector<WorkerFailure> failures);
@@ -80,6 +80,9 @@ class NodeAgent {
   // A store call's error handler: the job cannot go on without it.
   std::function<void(std::exception_ptr)> fatal_on_error(std::string what);
   std::set<pid_t> keep_pids() const;
+  std::chrono::milliseconds wait_after_first_exit() const;
+  // This node is done: bounds how long the others may still run.
+  void bound_the_others(int round);
   std::unique_ptr<JobRendezvous> make_rendezvous();
 
   JobPlan plan_;
@@ -105,9 +108,10 @@ class NodeAgent {
   std::vector<pid_t> worker_pids_;  // this round's, by local rank
   std::unique_ptr<LoopTimer> stop_timer_;
   std::unique_ptr<LoopTimer> finish_timer_;
-  bool finishing_ = false;  // the Agent said Finish; summary and barrier under way
-  bool abort_pending_ = false;  // an abort is on its way to the store
-  bool leaving_ = false;        // stopped here: exit once the abort landed (or its grace ended)
+  std::unique_ptr<LoopTimer> wait_timer_;  // --wait-after-first-exit
+  bool finishing_ = false;                 // the Agent said Finish; summary and barrier under way
+  bool abort_pending_ = false;             // an abort is on its way to the store
+  bool leaving_ = false;  // stopped here: exit once the abort landed (or its grace ended)
   bool stopped_ = false;
   int exit_code_ = 0;
 };

@@ -66,7 +66,8 @@ int largest_cache(const std::string& sysfs, int cpu) {
   return best;
 }
 
-std::set<int> cpus_where(const CpuTopology& t, const std::function<bool(const CpuTopology::Cpu&)>& f) {
+std::set<int> cpus_where(const CpuTopology& t,
+                         const std::function<bool(const CpuTopology::Cpu&)>& f) {
   std::set<int> out;
   for (const auto& c : t.cpus)
     if (f(c)) out.insert(c.id);
@@ -108,7 +109,8 @@ CpuTopology read_cpu_topology(const std::string& sysfs, const std::set<int>& all
     if (read_line(dev + "vendor") != "0x10de" || read_line(dev + "class").rfind("0x03", 0) != 0)
       continue;
     t.gpus.push_back(addr);
-    t.gpu_nodes.push_back(std::max(0, parse_int(read_line(dev + "numa_node"), -1, 1 << 16).value_or(0)));
+    t.gpu_nodes.push_back(
+        std::max(0, parse_int(read_line(dev + "numa_node"), -1, 1 << 16).value_or(0)));
   }
   return t;
 }
@@ -153,7 +155,8 @@ Placement place_worker(const CpuTopology& t, NumaBinding mode, int device,
   for (int g : order)
     if (g < static_cast<int>(t.gpus.size()) && t.gpu_nodes[static_cast<size_t>(g)] == node)
       peers.push_back(static_cast<size_t>(g));
-  const size_t place = static_cast<size_t>(std::find(peers.begin(), peers.end(), gpu) - peers.begin());
+  const size_t place =
+      static_cast<size_t>(std::find(peers.begin(), peers.end(), gpu) - peers.begin());
 
   Placement p;
   p.mem_nodes = {node};

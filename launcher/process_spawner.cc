@@ -1,8 +1,8 @@
 #include "process_spawner.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>

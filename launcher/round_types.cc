@@ -14,7 +14,8 @@ std::string to_json(const NodeInfo& n) {
                                   {"host", n.host},
                                   {"pid", n.pid},
                                   {"addr", n.addr},
-                                  {"store_port", n.store_port}});
+                                  {"store_port", n.store_port},
+                                  {"settings", n.settings}});
 }
 
 NodeInfo node_info_from_json(const std::string& text) {
@@ -28,10 +29,28 @@ NodeInfo node_info_from_json(const std::string& text) {
     n.pid = j.value("pid", 0);
     n.addr = j.value("addr", "");
     n.store_port = j.value("store_port", 0);
+    if (j.contains("settings"))
+      n.settings = j.at("settings").get<std::map<std::string, std::string>>();
     if (n.nproc < 1) throw std::runtime_error("nproc < 1");
     return n;
   } catch (const std::exception& e) {
     throw ProtocolError("malformed node record in the store ('" + text + "'): " + e.what());
+  }
+}
+
+void check_same_settings(const std::vector<NodeInfo>& nodes) {
+  if (nodes.empty()) return;
+  const NodeInfo& first = nodes.front();
+  for (const NodeInfo& n : nodes) {
+    for (const auto& [key, value] : first.settings) {
+      auto it = n.settings.find(key);
+      const std::string theirs = it == n.settings.end() ? "(unset)" : it->second;
+      if (theirs == value) continue;
+      throw UsageError("the nodes of this job disagree on " + key + ": node " +
+                       std::to_string(first.node_rank) + " (" + first.host + ") has " + value +
+                       ", node " + std::to_string(n.node_rank) + " (" + n.host + ") has " + theirs +
+                       "; start every node with the same value");
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 // by the agent.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,8 @@ struct NodeInfo {
   int pid = 0;         // the agent's pid, for reports
   std::string addr;    // address the node advertises (elastic: where its workers' store listens)
   int store_port = 0;  // elastic, node rank 0: the port of this round's workers' store
+  // Job-wide settings ("--max-restarts" -> "3"): every node of a job must agree on them.
+  std::map<std::string, std::string> settings;
 };
 
 std::string to_json(const NodeInfo& n);
@@ -32,6 +35,9 @@ struct RankAssignment {
   int base_rank = 0;  // global rank of this node's local rank 0
   std::vector<NodeInfo> nodes;
 };
+
+// Throws UsageError naming the first job-wide setting the nodes disagree on and both values.
+void check_same_settings(const std::vector<NodeInfo>& nodes);
 
 // Global ranks are prefix sums of the nodes' worker counts in node-rank order, so nodes may run
 // different numbers of workers. REQUIRES: nodes[i].node_rank == i.

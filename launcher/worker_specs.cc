@@ -53,6 +53,23 @@ StreamPlan plan_stream(bool to_file, bool teed, bool filtered, bool always_read,
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> restart_reason_env(
+    const std::optional<Outcome>& previous) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!previous) return out;
+  std::string reason = previous->detail;
+  if (previous->kind == Outcome::kRescale && reason.empty()) reason = "the node set changed";
+  if (previous->first_failure) {
+    const WorkerFailure& f = *previous->first_failure;
+    reason = f.reason + " (rank " + std::to_string(f.global_rank) + ", local rank " +
+             std::to_string(f.local_rank) + ", host " + f.host + ")";
+    out.emplace_back("COHORT_RESTART_FAILED_RANK", std::to_string(f.global_rank));
+    out.emplace_back("COHORT_RESTART_FAILED_HOST", f.host);
+  }
+  out.emplace_back("COHORT_RESTART_REASON", reason);
+  return out;
+}
+
 std::string render_prefix(const std::string& templ, const std::string& role, int local_rank,
                           int rank, const std::string& host) {
   std::string s = templ.empty() ? "[${role_name}${local_rank}]:" : templ;
@@ -64,9 +81,11 @@ std::string render_prefix(const std::string& templ, const std::string& role, int
 }
 
 GroupSpec make_group_spec(const JobPlan& plan, const EnvMap& env, const RankAssignment& a,
-                          const HostPort& store, const std::string& agent_id, ConsoleStream& out,
+                          const HostPort& store, const std::string& agent_id,
+                          const std::optional<Outcome>& previous, ConsoleStream& out,
                           ConsoleStream& err) {
   const LaunchConfig& c = plan.config;
+  const auto restart_env = restart_reason_env(previous);
   GroupSpec g;
   g.node_rank = a.node_rank;
   g.base_rank = a.base_rank;
@@ -101,6 +120,7 @@ GroupSpec make_group_spec(const JobPlan& plan, const EnvMap& env, const RankAssi
     in.omp_num_threads = plan.omp_threads;
     in.agent_id = agent_id;
     w.request.env = build_worker_env(env, in);
+    for (const auto& [k, v] : restart_env) set_env(&w.request.env, k, v);
     if (c.virtual_local_rank) {
       // torchrun 2.x: LOCAL_RANK 0, and only the worker's own GPU visible, as device 0.
       auto it = env.find("CUDA_VISIBLE_DEVICES");
@@ -132,8 +152,11 @@ GroupSpec make_group_spec(const JobPlan& plan, const EnvMap& env, const RankAssi
     const int redirect = c.redirects.for_rank(lr) | c.tee.for_rank(lr);
     const int tee = c.tee.for_rank(lr);
     const bool filtered = c.local_ranks_filter && !c.local_ranks_filter->contains(lr);
-    const std::string prefix =
-        render_prefix(c.log_line_prefix_template, c.role, lr, a.base_rank + lr, plan.host);
+    // Several nodes: torchrun's default prefix cannot tell their lines apart; add host and rank.
+    const std::string templ = !c.log_line_prefix_template.empty() || a.nnodes == 1
+                                  ? c.log_line_prefix_template
+                                  : std::string("[${role_name}${local_rank}@${hostname}:${rank}]:");
+    const std::string prefix = render_prefix(templ, c.role, lr, a.base_rank + lr, plan.host);
     const bool teed_out = tee & kStdout, teed_err = tee & kStderr;
     StreamPlan so = plan_stream(redirect & kStdout, teed_out, filtered, false,
                                 w.dir + "/stdout.log", prefix, teed_out ? dup_out : nullptr, out);

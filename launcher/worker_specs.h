@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cohort/base/net.h"
+#include "failure.h"
 #include "job_plan.h"
 #include "round_types.h"
 #include "worker_group.h"
@@ -26,10 +27,16 @@ class ConsoleStream;
 std::string render_prefix(const std::string& templ, const std::string& role, int local_rank,
                           int rank, const std::string& host);
 
-// The round's workers. `store`: MASTER_ADDR:MASTER_PORT. Throws IoError when the attempt's
-// folder or its filtered logs cannot be created.
+// The round's workers. `store`: MASTER_ADDR:MASTER_PORT. `previous`: how the round before ended,
+// told to the workers of a restart (COHORT_RESTART_REASON, _RANK, _HOST). Throws IoError when the
+// attempt's folder or its filtered logs cannot be created.
 GroupSpec make_group_spec(const JobPlan& plan, const EnvMap& env, const RankAssignment& a,
-                          const HostPort& store, const std::string& agent_id, ConsoleStream& out,
+                          const HostPort& store, const std::string& agent_id,
+                          const std::optional<Outcome>& previous, ConsoleStream& out,
                           ConsoleStream& err);
+
+// The restart variables for `previous` (none when there was no earlier round).
+std::vector<std::pair<std::string, std::string>> restart_reason_env(
+    const std::optional<Outcome>& previous);
 
 }  // namespace cohort::launch

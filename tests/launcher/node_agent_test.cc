@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 
+#include "cohort/base/net.h"
 #include "cohort/error.h"
 #include "cohort/rdzv/memory_store.h"
 #include "fake_spawner.h"
@@ -350,6 +351,85 @@ TEST(NodeAgent, OutputOfADescendantThatOutlivesItsWorkerStaysWithItsRound) {
   EXPECT_NE(out.find("second attempt failed"), std::string::npos) << out;
   const auto summary = out.substr(out.find("Root Cause"));
   EXPECT_EQ(summary.find("stale line"), std::string::npos) << summary;
+}
+
+TEST(NodeAgent, NodesThatDisagreeOnJobWideSettingsAreRefusedOnEveryNode) {
+  Cluster c;
+  Cluster::Options o;
+  o.nnodes = 2;
+  o.max_restarts = 1;
+  NodeAgent& a0 = c.add_node(0, o);
+  o.max_restarts = 3;
+  NodeAgent& a1 = c.add_node(1, o);
+  a0.start();
+  a1.start();
+  ASSERT_TRUE(c.run_until([&] { return c.clock.next_deadline().has_value(); }));
+  c.advance(1s);
+  ASSERT_TRUE(c.run_until([&] { return a0.done() && a1.done(); }));
+  EXPECT_EQ(a0.exit_code(), 1);
+  EXPECT_EQ(a1.exit_code(), 1);
+  for (int n : {0, 1}) {
+    EXPECT_NE(c.console(n).find("disagree on --max-restarts: node 0 ("), std::string::npos)
+        << c.console(n);
+    EXPECT_NE(c.console(n).find("has 1, node 1"), std::string::npos) << c.console(n);
+    EXPECT_NE(c.console(n).find("has 3"), std::string::npos) << c.console(n);
+  }
+  EXPECT_EQ(c.spawner(0).count(), 0u);
+}
+
+TEST(NodeAgent, AFinishedNodeBoundsHowLongTheOthersRun) {
+  Cluster c;
+  Cluster::Options o;
+  o.nnodes = 2;
+  o.nproc = 1;
+  NodeAgent& a0 = c.add_node(0, o);
+  NodeAgent& a1 = c.add_node(1, o);
+  a0.start();
+  a1.start();
+  ASSERT_TRUE(c.run_until([&] { return c.spawner(0).count() == 1 && c.spawner(1).count() == 1; }));
+  c.spawner(0).exit_with(0, 0);  // node 0 is done; node 1's worker runs on
+  ASSERT_TRUE(c.run_until([&] { return c.clock.next_deadline().has_value(); }));
+  c.advance(29s);
+  EXPECT_TRUE(c.spawner(1).proc(0).signals.empty());
+  c.advance(2s);  // past the exit barrier timeout, the default bound
+  ASSERT_TRUE(c.run_until([&] { return c.spawner(1).proc(0).exited; }));
+  EXPECT_EQ(c.spawner(1).proc(0).signals, std::vector<int>{SIGTERM});
+  c.advance(1s);
+  ASSERT_TRUE(c.run_until([&] { return a0.done() && a1.done(); }));
+  EXPECT_EQ(a0.exit_code(), 1);
+  EXPECT_EQ(a1.exit_code(), 1);
+  EXPECT_NE(c.console(1).find("(--wait-after-first-exit)"), std::string::npos) << c.console(1);
+}
+
+TEST(NodeAgent, EveryRankThatFailedOnItsOwnIsInTheReport) {
+  Cluster c;
+  NodeAgent& a = c.add_node(0, {});
+  a.start();
+  ASSERT_TRUE(c.run_until([&] { return c.spawner(0).count() == 2; }));
+  c.spawner(0).exit_on_term = false;
+  c.spawner(0).exit_with(1, 3);
+  ASSERT_TRUE(c.run_until([&] { return !c.spawner(0).proc(0).signals.empty(); }));
+  c.spawner(0).exit_with(0, 4);  // rank 0 failed too, on its own, while being stopped
+  ASSERT_TRUE(c.run_until([&] { return a.done(); }));
+  const std::string out = c.console(0);
+  EXPECT_EQ(out.find("<NO_OTHER_FAILURES>"), std::string::npos) << out;
+  EXPECT_NE(out.find("Failures:\n[0]:"), std::string::npos) << out;
+  EXPECT_NE(out.find("Root Cause (first observed failure):\n[1]:"), std::string::npos) << out;
+}
+
+TEST(NodeAgent, WorkersOfARestartLearnItsReason) {
+  Cluster c;
+  Cluster::Options o;
+  o.max_restarts = 1;
+  NodeAgent& a = c.add_node(0, o);
+  a.start();
+  ASSERT_TRUE(c.run_until([&] { return c.spawner(0).count() == 2; }));
+  EXPECT_EQ(c.spawner(0).proc(0).env("COHORT_RESTART_REASON"), "");
+  c.spawner(0).exit_with(1, 3);
+  ASSERT_TRUE(c.run_until([&] { return c.spawner(0).count() == 4; }));
+  EXPECT_EQ(c.spawner(0).proc(2).env("COHORT_RESTART_REASON"),
+            "exited with code 3 (rank 1, local rank 1, host " + cohort::hostname() + ")");
+  EXPECT_EQ(c.spawner(0).proc(3).env("COHORT_RESTART_FAILED_RANK"), "1");
 }
 
 }  // namespace

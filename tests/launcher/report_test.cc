@@ -29,10 +29,10 @@ WorkerFailure make(int rank, double ts, int code) {
 TEST(FailureReport, TorchrunLayoutWithTheEarliestFailureAsRootCause) {
   std::string r = format_failure_report("train.py", {make(3, 200, 1), make(1, 100, 2)});
   EXPECT_EQ(r.find(std::string(60, '=') + "\ntrain.py FAILED\n" + std::string(60, '-') +
-                   "\nFailures:\n[1]:\n"),
+                   "\nFailures:\n[3]:\n"),
             0u)
       << r;
-  auto root = r.find("Root Cause (first observed failure):\n[0]:\n");
+  auto root = r.find("Root Cause (first observed failure):\n[1]:\n");
   ASSERT_NE(root, std::string::npos);
   EXPECT_NE(r.find("  rank      : 1 (local_rank: 1)", root), std::string::npos);
   EXPECT_NE(r.find("  exitcode  : 2 (pid: 101)", root), std::string::npos);

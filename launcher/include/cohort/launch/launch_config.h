@@ -83,6 +83,9 @@ struct LaunchConfig {
   std::string collective_timeout;  // --timeout seconds for libcohort's collectives ("": default)
   std::chrono::milliseconds rdzv_timeout{std::chrono::seconds(900)};
   std::chrono::milliseconds exit_barrier_timeout{std::chrono::seconds(30)};
+  // Once one node's workers have all succeeded, how long the others may still run (srun -W);
+  // nullopt: the exit barrier timeout; 0: no bound.
+  std::optional<std::chrono::milliseconds> wait_after_first_exit;
   bool sweep_orphans = true;
   // The store's token (cohortd's HMAC handshake): hosted stores require it, agents and
   // libcohort workers present it; PyTorch workers cannot, so they connect from
