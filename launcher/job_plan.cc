@@ -58,6 +58,25 @@ std::vector<int> parse_signals(const std::string& list, std::vector<std::string>
   return out;
 }
 
+// The `cohort` Python package's folder: $COHORT_PYTHON_DIR, else beside an installed cohortrun
+// (<prefix>/lib/cohort/python), else this build's source tree.
+std::string find_python_dir(const EnvMap& env) {
+  namespace fs = std::filesystem;
+  auto has_module = [](const fs::path& dir) { return fs::exists(dir / "cohort" / "__init__.py"); };
+  if (auto it = env.find("COHORT_PYTHON_DIR"); it != env.end() && !it->second.empty())
+    return it->second;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path installed = exe.parent_path().parent_path() / "lib" / "cohort" / "python";
+    if (has_module(installed)) return installed.string();
+  }
+#ifdef COHORT_SOURCE_PYTHON_DIR
+  if (has_module(COHORT_SOURCE_PYTHON_DIR)) return COHORT_SOURCE_PYTHON_DIR;
+#endif
+  return {};
+}
+
 }  // namespace
 
 JobPlan make_plan(LaunchConfig config, const EnvMap& env) {
@@ -70,6 +89,7 @@ JobPlan make_plan(LaunchConfig config, const EnvMap& env) {
   p.rdzv_conf = parse_rdzv_conf(config.rdzv_conf);
   p.host = hostname();
   p.command = build_worker_command(config, env);
+  if (!p.command.interpreter.empty()) p.python_dir = find_python_dir(env);
   p.run_id = config.standalone ? random_tag(8) : config.rdzv_id;
   if (config.standalone) config.master_addr = "127.0.0.1";
   p.stop_signals = parse_signals(config.signals_to_handle, &p.notes);

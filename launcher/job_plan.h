@@ -30,6 +30,9 @@ struct JobPlan {
   // when binding is off or pointless here (a note says why).
   std::optional<CpuTopology> numa;
   std::vector<int> numa_visible;
+  // Where the `cohort` Python module lives (heartbeats for PyTorch workers), put on Python
+  // workers' PYTHONPATH; "" when not found.
+  std::string python_dir;
   std::vector<std::string> notes;  // for the log, once it exists
 };
 

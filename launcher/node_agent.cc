@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <asio/post.hpp>
+#include <sstream>
 
 #include "cohort/base/logging.h"
 #include "cohort/error.h"
@@ -33,6 +34,23 @@ std::string describe(std::exception_ptr err) {
   } catch (...) {
     return "unknown error";
   }
+}
+
+// "python3 (/usr/bin/python3, found on PATH)" or "PYTHON_EXEC=/opt/venv/bin/python".
+std::string describe_interpreter(const std::string& interpreter, const EnvMap& env) {
+  if (auto it = env.find("PYTHON_EXEC"); it != env.end() && it->second == interpreter)
+    return "PYTHON_EXEC=" + interpreter;
+  if (interpreter.find('/') != std::string::npos) return interpreter;
+  auto path = env.find("PATH");
+  if (path != env.end()) {
+    std::stringstream ss(path->second);
+    for (std::string dir; std::getline(ss, dir, ':');) {
+      const std::string candidate = dir + "/" + interpreter;
+      if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0)
+        return interpreter + " (" + candidate + ", the first on PATH)";
+    }
+  }
+  return interpreter + " (not found on PATH)";
 }
 
 }  // namespace
@@ -415,7 +433,19 @@ void NodeAgent::report(const action::Finish& f, std::vector<WorkerFailure> failu
                          2s);
     return;
   }
-  err_->write_blocking(format_failure_report(plan_.command.title, failures), 2s);
+  std::string text = format_failure_report(plan_.command.title, failures);
+  // A missing module usually means the wrong interpreter: say which one ran.
+  const bool missing_module = std::any_of(failures.begin(), failures.end(), [](const auto& w) {
+    return w.traceback.find("ModuleNotFoundError") != std::string::npos ||
+           w.message.find("ModuleNotFoundError") != std::string::npos;
+  });
+  if (missing_module && !plan_.command.interpreter.empty()) {
+    text += "cohortrun: the workers ran under " +
+            describe_interpreter(plan_.command.interpreter, env_) +
+            "; set PYTHON_EXEC to the Python that has the module (or start cohortrun as `python "
+            "-m cohort.run` from that environment)\n";
+  }
+  err_->write_blocking(text, 2s);
   auto parent = env_.find("TORCHELASTIC_ERROR_FILE");
   if (parent != env_.end() && !parent->second.empty()) {
     auto first =

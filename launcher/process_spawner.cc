@@ -213,4 +213,8 @@ void PosixSpawner::kill_group(pid_t pgid, int sig) {
   if (pgid > 0) ::kill(-pgid, sig);
 }
 
+void PosixSpawner::kill_process(pid_t pid, int sig) {
+  if (pid > 0) ::kill(pid, sig);
+}
+
 }  // namespace cohort::launch

@@ -57,6 +57,8 @@ class ProcessSpawner {
   // Sends `sig` to the process group `pgid` (each worker leads its own); errors are ignored (the
   // group may be gone).
   virtual void kill_group(pid_t pgid, int sig) = 0;
+  // Sends `sig` to process `pid` alone (a stack-dump request to a worker's main process).
+  virtual void kill_process(pid_t pid, int sig) = 0;
 };
 
 class PosixSpawner final : public ProcessSpawner {
@@ -64,6 +66,7 @@ class PosixSpawner final : public ProcessSpawner {
   SpawnedProcess spawn(const SpawnRequest& request) override;
   int reap(pid_t pid) override;
   void kill_group(pid_t pgid, int sig) override;
+  void kill_process(pid_t pid, int sig) override;
 };
 
 }  // namespace cohort::launch

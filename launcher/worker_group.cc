@@ -39,18 +39,22 @@ struct WorkerGroup::Worker {
         pidfd(io),
         heartbeat(io),
         hang_timer(clock.make_timer()),
-        drain_timer(clock.make_timer()) {}
+        drain_timer(clock.make_timer()),
+        stack_timer(clock.make_timer()) {}
 
   WorkerSpec spec;
   pid_t pid = -1;
   bool running = false;   // started and not reaped
   bool reported = false;  // its exit was reported
+  bool dumping = false;   // hung: asked for its stack, not yet reported
+  bool hung_reported = false;
   int wait_status = 0;
   double exit_time = 0;
   asio::posix::stream_descriptor pidfd;
   asio::posix::stream_descriptor heartbeat;
   std::unique_ptr<LoopTimer> hang_timer;
   std::unique_ptr<LoopTimer> drain_timer;
+  std::unique_ptr<LoopTimer> stack_timer;
   std::shared_ptr<StreamPump> out_pump;
   std::shared_ptr<StreamPump> err_pump;
   char beat_buf[256];
@@ -81,6 +85,7 @@ WorkerGroup::~WorkerGroup() {
     if (w->err_pump) w->err_pump->stop();
     w->hang_timer->cancel();
     w->drain_timer->cancel();
+    w->stack_timer->cancel();
     std::error_code ignored;
     w->heartbeat.close(ignored);
     w->pidfd.close(ignored);
@@ -165,14 +170,11 @@ void WorkerGroup::read_heartbeat(Worker& w) {
         if (ec || alive.expired()) return;  // the worker is gone, or so is the group
         if (spec_.hang_timeout.count() > 0 && w.running) {
           w.hang_timer->start(spec_.hang_timeout, [this, &w] {
-            if (!w.running) return;
-            WorkerFailure f = make_failure(
-                site(w), -SIGKILL, "hung: no heartbeat for " + in_seconds(spec_.hang_timeout));
-            if (w.err_pump) f.traceback = w.err_pump->tail().text();
-            const int lr = w.spec.local_rank;
-            post([this, lr, f] {
-              if (events_.hung) events_.hung(lr, f);
-            });
+            if (!w.running || w.dumping) return;
+            // Its stack first: the summary should show where it was stuck.
+            w.dumping = true;
+            spawner_.kill_process(w.pid, spec_.stack_signal);
+            w.stack_timer->start(spec_.stack_grace, [this, &w] { report_hung(w, std::nullopt); });
           });
         }
         read_heartbeat(w);
@@ -198,6 +200,27 @@ void WorkerGroup::on_exit(Worker& w) {
   w.drain_timer->start(spec_.drain_grace, [this, &w] { report(w); });
 }
 
+void WorkerGroup::report_hung(Worker& w, std::optional<WorkerFailure> exit) {
+  if (w.hung_reported) return;
+  w.hung_reported = true;
+  w.stack_timer->cancel();
+  WorkerFailure f = make_failure(
+      site(w), exit ? exit->exit_code : -SIGKILL,
+      "hung: no heartbeat for " + in_seconds(spec_.hang_timeout) +
+          (exit ? " (its stack, asked for with " + signal_name(spec_.stack_signal) + ", below)"
+                : " (it did not answer " + signal_name(spec_.stack_signal) + " with its stack)"));
+  if (exit) {
+    f.error_file = exit->error_file;
+    f.traceback = exit->traceback;
+  } else if (w.err_pump) {
+    f.traceback = w.err_pump->tail().text();
+  }
+  const int lr = w.spec.local_rank;
+  post([this, lr, f] {
+    if (events_.hung) events_.hung(lr, f);
+  });
+}
+
 void WorkerGroup::report(Worker& w) {
   if (w.reported) return;
   w.reported = true;
@@ -220,6 +243,11 @@ void WorkerGroup::report(Worker& w) {
     failure = std::move(f);
   }
   const int lr = w.spec.local_rank;
+  if (w.dumping) {
+    // It ended after the stack request: the hang is the failure; its exit is a consequence.
+    report_hung(w, failure);
+    failure.reset();
+  }
   post([this, lr, failure] {
     if (events_.exited) events_.exited(lr, failure);
   });

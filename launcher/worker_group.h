@@ -14,6 +14,7 @@
 // Thread safety: the loop's thread only.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <asio/io_context.hpp>
@@ -48,8 +49,13 @@ struct GroupSpec {
   int base_rank = 0;  // global rank of local rank 0
   std::string host;
   std::vector<WorkerSpec> workers;  // local ranks 0..n-1, in order
-  // A worker that has beaten once and then stays silent this long is hung (0: off).
+  // A worker that has beaten once and then stays silent this long is hung (0: off). Before it is
+  // reported, it is asked for its stack (`stack_signal` to its main process: Python's
+  // faulthandler and libcohort's fatal-signal handler print every thread's), and given up to
+  // `stack_grace` to write it and end; the hung failure then carries that stack.
   std::chrono::milliseconds hang_timeout{0};
+  int stack_signal = SIGABRT;
+  std::chrono::milliseconds stack_grace{3000};
   std::chrono::milliseconds drain_grace{200};
 };
 
@@ -91,6 +97,8 @@ class WorkerGroup {
   void read_heartbeat(Worker& w);
   void on_exit(Worker& w);
   void report(Worker& w);
+  // The worker's hang, with what it said about it so far.
+  void report_hung(Worker& w, std::optional<WorkerFailure> exit);
   FailureSite site(const Worker& w) const;
   // Posts `event` to the loop; it runs only while the group lives.
   void post(std::function<void()> event);

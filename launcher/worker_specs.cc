@@ -121,6 +121,17 @@ GroupSpec make_group_spec(const JobPlan& plan, const EnvMap& env, const RankAssi
     in.agent_id = agent_id;
     w.request.env = build_worker_env(env, in);
     for (const auto& [k, v] : restart_env) set_env(&w.request.env, k, v);
+    if (!plan.command.interpreter.empty()) {
+      // A hung Python worker asked for its stack (SIGABRT) prints every thread's.
+      if (!env.contains("PYTHONFAULTHANDLER")) set_env(&w.request.env, "PYTHONFAULTHANDLER", "1");
+      // `import cohort` gives PyTorch scripts heartbeats on every optimizer step.
+      if (!plan.python_dir.empty()) {
+        auto it = env.find("PYTHONPATH");
+        set_env(&w.request.env, "PYTHONPATH",
+                plan.python_dir +
+                    (it != env.end() && !it->second.empty() ? ":" + it->second : std::string()));
+      }
+    }
     if (c.virtual_local_rank) {
       // torchrun 2.x: LOCAL_RANK 0, and only the worker's own GPU visible, as device 0.
       auto it = env.find("CUDA_VISIBLE_DEVICES");

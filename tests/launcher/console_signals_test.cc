@@ -85,8 +85,7 @@ std::string read_file(const std::string& path) {
 }
 
 TEST_F(LauncherTest, WorkersKeepTheTerminalAsUnderTorchrun) {
-  for (const auto& flags :
-       {std::vector<std::string>{}, std::vector<std::string>{"-t", "3"}}) {
+  for (const auto& flags : {std::vector<std::string>{}, std::vector<std::string>{"-t", "3"}}) {
     std::vector<std::string> args{"--nproc-per-node", "2"};
     args.insert(args.end(), flags.begin(), flags.end());
     OnATerminal t(cohortrun(args, test_worker({"--report-tty", "--lines", "2"})), {});

@@ -84,8 +84,13 @@ class FakeSpawner final : public ProcessSpawner {
     if (p == nullptr || p->exited) return;
     p->signals.push_back(sig);
     const bool stop = sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
-    if (sig == SIGKILL || (stop && exit_on_term)) end(*p, sig);
+    if (sig == SIGKILL || (stop && exit_on_term) || (sig == SIGABRT && exit_on_abort)) end(*p, sig);
   }
+
+  void kill_process(pid_t pid, int sig) override { kill_group(pid, sig); }
+
+  // When true, a stack-dump request (SIGABRT) ends the process, as Python's faulthandler does.
+  bool exit_on_abort = true;
 
   // The test's side.
   size_t count() const { return procs_.size(); }

@@ -181,24 +181,56 @@ TEST(NodeAgent, FailureRestartsExactlyMaxRestartsTimesThenNamesTheRootCause) {
   EXPECT_EQ(summary.find("boom in attempt 1"), std::string::npos) << summary;
 }
 
-TEST(NodeAgent, WorkerThatStopsBeatingIsHungAfterTheTimeout) {
+TEST(NodeAgent, WorkerThatStopsBeatingIsAskedForItsStackAfterTheTimeout) {
   Cluster c;
   Cluster::Options o;
   o.hang_timeout = 5s;
   NodeAgent& a = c.add_node(0, o);
   a.start();
   ASSERT_TRUE(c.run_until([&] { return c.spawner(0).count() == 2; }));
+  c.spawner(0).exit_on_abort = false;  // it writes its stack first, then dies of the signal
   c.spawner(0).beat(0);
   ASSERT_TRUE(c.run_until([&] { return c.clock.next_deadline().has_value(); }));
   c.advance(4900ms);
   EXPECT_TRUE(c.spawner(0).proc(0).signals.empty());  // not yet
   c.advance(200ms);
+  ASSERT_TRUE(c.run_until([&] { return !c.spawner(0).proc(0).signals.empty(); }));
+  EXPECT_EQ(c.spawner(0).proc(0).signals.front(), SIGABRT);
+  c.spawner(0).write_stderr(
+      0, "Thread 0x7f (most recent call first):\n  File \"train.py\", line 9 in load\n");
+  c.spawner(0).die_of(0, SIGABRT);
   ASSERT_TRUE(c.run_until([&] { return a.done(); }));
   EXPECT_EQ(a.exit_code(), 1);
-  EXPECT_EQ(c.spawner(0).proc(0).signals.front(), SIGTERM);
-  EXPECT_NE(c.console(0).find("hung: no heartbeat for 5 s"), std::string::npos) << c.console(0);
+  const std::string out = c.console(0);
+  const std::string summary = out.substr(out.find("Root Cause"));
+  EXPECT_NE(summary.find("hung: no heartbeat for 5 s (its stack, asked for with SIGABRT, below)"),
+            std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("line 9 in load"), std::string::npos) << summary;
+  EXPECT_NE(out.find("<NO_OTHER_FAILURES>"), std::string::npos) << out;  // the stop is no failure
   // Worker 1 never beat: it is not judged.
-  EXPECT_EQ(c.console(0).find("local_rank: 1)"), std::string::npos);
+  EXPECT_EQ(c.spawner(0).proc(1).signals, std::vector<int>{SIGTERM});
+}
+
+TEST(NodeAgent, AHungWorkerThatGivesNoStackIsReportedAfterTheGrace) {
+  Cluster c;
+  Cluster::Options o;
+  o.hang_timeout = 5s;
+  NodeAgent& a = c.add_node(0, o);
+  a.start();
+  ASSERT_TRUE(c.run_until([&] { return c.spawner(0).count() == 2; }));
+  c.spawner(0).exit_on_abort = false;
+  c.spawner(0).beat(0);
+  ASSERT_TRUE(c.run_until([&] { return c.clock.next_deadline().has_value(); }));
+  c.advance(5100ms);
+  ASSERT_TRUE(c.run_until([&] { return !c.spawner(0).proc(0).signals.empty(); }));
+  c.advance(3100ms);  // the stack grace
+  ASSERT_TRUE(c.run_until([&] { return c.spawner(0).running() == 0; }));
+  EXPECT_EQ(c.spawner(0).proc(0).signals, (std::vector<int>{SIGABRT, SIGTERM}));
+  c.advance(1s);
+  ASSERT_TRUE(c.run_until([&] { return a.done(); }));
+  EXPECT_NE(c.console(0).find("(it did not answer SIGABRT with its stack)"), std::string::npos)
+      << c.console(0);
 }
 
 TEST(NodeAgent, StopGraceEndsInSigkill) {

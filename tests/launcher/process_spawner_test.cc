@@ -50,8 +50,8 @@ TEST(PosixSpawner, BindsTheWorkersCpusAndMemory) {
   int first = 0;
   while (!CPU_ISSET(first, &mine)) ++first;
   PosixSpawner s;
-  SpawnRequest r = shell(
-      "grep Cpus_allowed_list /proc/self/status; grep -c ' bind:0' /proc/self/numa_maps");
+  SpawnRequest r =
+      shell("grep Cpus_allowed_list /proc/self/status; grep -c ' bind:0' /proc/self/numa_maps");
   r.cpus = {first};
   r.mem_nodes = {0};
   SpawnedProcess p = s.spawn(r);

@@ -1,0 +1,57 @@
+"""The heartbeat pipe cohortrun gives each worker (COHORT_HEARTBEAT_FD), written without blocking."""
+import os
+import time
+
+_MIN_INTERVAL = 0.05  # seconds between two beats that are actually written
+
+
+def _fd():
+    try:
+        return int(os.environ.get("COHORT_HEARTBEAT_FD", "-1"))
+    except ValueError:
+        return -1
+
+
+_state = {"fd": _fd(), "last": 0.0}
+
+
+def beat():
+    """Tells cohortrun this worker is alive. Cheap, never blocks, never raises."""
+    fd = _state["fd"]
+    if fd < 0:
+        return
+    now = time.monotonic()
+    if now - _state["last"] < _MIN_INTERVAL:
+        return
+    _state["last"] = now
+    try:
+        os.write(fd, b"b")
+    except BlockingIOError:
+        pass  # the pipe is full: cohortrun has beats to read already
+    except OSError:
+        _state["fd"] = -1  # nobody listens any more (EPIPE, EBADF)
+
+
+def install_torch_hook():
+    """Beats on every optimizer step, when torch can be imported. Returns True when installed."""
+    if _state["fd"] < 0:
+        return False
+    try:
+        import torch.optim
+        import torch.optim.optimizer as optimizer
+    except Exception:
+        return False
+    if getattr(optimizer, "_cohort_hooked", False):
+        return True
+    if hasattr(optimizer, "register_optimizer_step_post_hook"):  # torch 2.x
+        optimizer.register_optimizer_step_post_hook(lambda *_: beat())
+    else:  # torch 1.13: every loop calls zero_grad() once per step
+        original = torch.optim.Optimizer.zero_grad
+
+        def zero_grad(self, *args, **kwargs):
+            beat()
+            return original(self, *args, **kwargs)
+
+        torch.optim.Optimizer.zero_grad = zero_grad
+    optimizer._cohort_hooked = True
+    return True

@@ -1,0 +1,34 @@
+// A hung PyTorch worker, found by the heartbeats `import cohort` gives it, and its Python stack in
+// the failure summary (real PyTorch, each generation).
+#include <gtest/gtest.h>
+
+#include "launcher_fixture.h"
+
+namespace cohort::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST_F(LauncherTest, AHungPyTorchWorkerIsFoundWithItsStack) {
+  COHORT_REQUIRE_TORCH();
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run(cohortrun({"--nproc-per-node", "2", "--worker-hang-timeout", "3"},
+                         {COHORT_SOURCE_DIR "/tests/interop/hung_worker.py"}),
+               {}, 120s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(r.exit_code(), 1) << r.err;
+  const auto root = r.err.find("Root Cause");
+  ASSERT_NE(root, std::string::npos) << r.err;
+  const std::string summary = r.err.substr(root);
+  EXPECT_NE(summary.find("rank      : 1 (local_rank: 1)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("hung: no heartbeat for 3 s (its stack, asked for with SIGABRT"),
+            std::string::npos)
+      << summary;
+  // faulthandler's dump: where the hung thread was.
+  EXPECT_NE(summary.find("stuck_waiting_for_data"), std::string::npos) << summary;
+  // Found within the timeout and a beat, after PyTorch's start-up (not after its 600 s sleep).
+  EXPECT_LT(took, 60s);
+}
+
+}  // namespace
+}  // namespace cohort::testing
