@@ -4,6 +4,7 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -135,6 +136,54 @@ bool is_local_host(const std::string& host_text) {
   }
   ::freeifaddrs(ifs);
   return local;
+}
+
+Reachability probe_tcp(const std::string& host_text, int port, std::chrono::milliseconds timeout) {
+  Reachability r;
+  const std::string host = strip_brackets(host_text);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0) {
+    r.kind = Reachability::kNoName;
+    r.detail = ::gai_strerror(rc);
+    return r;
+  }
+  r.address = numeric(res->ai_addr, res->ai_addrlen);
+  int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    ::freeaddrinfo(res);
+    r.detail = std::strerror(errno);
+    return r;
+  }
+  int err = 0;
+  if (::connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+    err = errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, static_cast<int>(timeout.count())) == 1) {
+        socklen_t len = sizeof(err);
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      } else {
+        err = ETIMEDOUT;
+      }
+    }
+  }
+  ::close(fd);
+  ::freeaddrinfo(res);
+  r.detail = err == 0 ? "connected" : std::strerror(err);
+  if (err == 0) {
+    r.kind = Reachability::kListening;
+  } else if (err == ECONNREFUSED) {
+    r.kind = Reachability::kRefused;
+  } else if (err == EHOSTUNREACH || err == ENETUNREACH || err == EADDRNOTAVAIL) {
+    r.kind = Reachability::kUnreachable;
+  } else {
+    r.kind = Reachability::kTimeout;
+  }
+  return r;
 }
 
 std::string hostname() {

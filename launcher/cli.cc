@@ -527,7 +527,21 @@ void validate(LaunchConfig* config) {
     if (c.max_nodes != 1) throw UsageError("--standalone runs one node; drop --nnodes");
     return;
   }
-  if (c.rdzv_backend != RdzvBackend::kStatic) return;
+  if (c.rdzv_backend != RdzvBackend::kStatic) {
+    // torchrun takes these and ignores them under c10d, so a job silently runs as something else.
+    if (c.node_rank != 0) {
+      throw UsageError("--node-rank " + std::to_string(c.node_rank) +
+                       " is for the static rendezvous; with --rdzv-backend c10d or etcd the "
+                       "rendezvous assigns node ranks (drop --node-rank, or use --rdzv-backend "
+                       "static with --master-addr)");
+    }
+    for (const char* f : {"--master-addr", "--master-port"}) {
+      if (c.given.contains(f))
+        c.notes.push_back(std::string(f) + " is ignored: with an elastic rendezvous the store is "
+                                           "--rdzv-endpoint " + c.rdzv_endpoint);
+    }
+    return;
+  }
   if (c.min_nodes != c.max_nodes) {
     throw UsageError("--nnodes " + std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes) +
                      " needs an elastic rendezvous (--rdzv-backend c10d --rdzv-endpoint "

@@ -49,6 +49,15 @@ ElasticJob::Setup make_setup(const ElasticJobSettings& s,
                      ": port 0 (a free port) works only for a one-node job, which hosts its own "
                      "store; the other nodes could not learn the port. Give a port number");
   }
+  if (s.max_nodes > 1 && is_loopback_host(ep.host) &&
+      !(!s.local_addr.empty() && is_loopback_host(s.local_addr))) {
+    throw UsageError(
+        "--rdzv-endpoint " + s.endpoint + " is a loopback address, but --nnodes " +
+        std::to_string(s.min_nodes) + ":" + std::to_string(s.max_nodes) +
+        " lets other nodes join: nodes on other machines would each meet only themselves there "
+        "(separate one-node jobs). Give the address the other machines reach the store by; if "
+        "every node runs on this machine, say so with --local-addr 127.0.0.1");
+  }
   if (!s.store_override) {
     // Host the store when the endpoint is ours and nobody serves it yet (a standalone cohortd, or
     // another agent on this machine, already holds the port). etcd is never ours to host.
@@ -108,6 +117,7 @@ ElasticJob::Setup make_setup(const ElasticJobSettings& s,
 #endif
   } else {
     setup.factory = [client](const std::atomic<bool>* abandon) -> std::unique_ptr<Store> {
+      check_reachable(client.host, client.port, "--rdzv-endpoint");
       TcpStoreOptions o = client;
       o.abandon = abandon;
       return std::make_unique<TcpStore>(o);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cohort/base/net.h"
+#include "cohort/base/parse.h"
 #include "cohort/base/random.h"
 #include "cohort/error.h"
 #include "cohort/launch/cli.h"
@@ -77,6 +78,36 @@ std::string find_python_dir(const EnvMap& env) {
   return {};
 }
 
+// A run id for an elastic job given none: torchrun's default "none" puts every such job on one
+// endpoint into one rendezvous. The nodes of one job run the same command against the same
+// endpoint, so they derive the same id from it, and different jobs get different ones.
+std::string derived_run_id(const LaunchConfig& c) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  auto mix = [&](const std::string& s) {
+    for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  };
+  mix(c.rdzv_endpoint);
+  mix(std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes));
+  mix(c.training_script);
+  for (const auto& a : c.training_script_args) mix(a);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "job-%012llx", static_cast<unsigned long long>(h >> 16));
+  return buf;
+}
+
+// Cores for the workers: this process's CPUs, bounded by what Slurm gave the task or the node.
+int usable_cores(const EnvMap& env) {
+  int cores = cpu_count();
+  if (!env.contains("SLURM_JOB_ID")) return cores;
+  for (const char* var : {"SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE"}) {
+    auto it = env.find(var);
+    if (it == env.end()) continue;
+    if (auto n = parse_int(it->second, 1, 1 << 20)) return std::min(cores, *n);
+  }
+  return cores;
+}
+
 }  // namespace
 
 JobPlan make_plan(LaunchConfig config, const EnvMap& env) {
@@ -91,14 +122,22 @@ JobPlan make_plan(LaunchConfig config, const EnvMap& env) {
   p.command = build_worker_command(config, env);
   if (!p.command.interpreter.empty()) p.python_dir = find_python_dir(env);
   p.run_id = config.standalone ? random_tag(8) : config.rdzv_id;
+  if (config.rdzv_backend != RdzvBackend::kStatic && !config.given.contains("--rdzv-id") &&
+      config.rdzv_id == "none") {
+    p.run_id = derived_run_id(config);
+    p.notes.push_back("no --rdzv-id: this job's run id is " + p.run_id +
+                      " (derived from the command and the endpoint, so that jobs sharing the "
+                      "endpoint never mix; give --rdzv-id to choose one)");
+  }
   if (config.standalone) config.master_addr = "127.0.0.1";
   p.stop_signals = parse_signals(config.signals_to_handle, &p.notes);
   // torchrun sets a blanket OMP_NUM_THREADS=1; sharing the cores out wastes none of them.
   if (!env.contains("OMP_NUM_THREADS") && p.nproc > 1) {
-    p.omp_threads = std::max(1, cpu_count() / p.nproc);
+    const int cores = usable_cores(env);
+    p.omp_threads = std::max(1, cores / p.nproc);
     p.notes.push_back("Setting OMP_NUM_THREADS=" + std::to_string(*p.omp_threads) +
                       " for each of the " + std::to_string(p.nproc) + " workers (" +
-                      std::to_string(cpu_count()) + " cores / " + std::to_string(p.nproc) +
+                      std::to_string(cores) + " cores / " + std::to_string(p.nproc) +
                       " workers); set OMP_NUM_THREADS to choose otherwise.");
   }
   if (config.numa_binding != NumaBinding::kNone) {

@@ -79,7 +79,8 @@ NodeAgent::NodeAgent(JobPlan plan, EnvMap env, NodeAgentDeps deps)
                            plan_.command.title, plan_.config.max_restarts}),
       stop_timer_(clock_.make_timer()),
       finish_timer_(clock_.make_timer()),
-      wait_timer_(clock_.make_timer()) {}
+      wait_timer_(clock_.make_timer()),
+      progress_timer_(clock_.make_timer()) {}
 
 NodeAgent::~NodeAgent() {
   std::error_code ignored;
@@ -268,7 +269,10 @@ void NodeAgent::rendezvous(int after_round) {
       {"--role", c.role},
       {"the entry point", plan_.command.title},
   };
+  join_started_ = clock_.now();
+  report_progress();
   rdzv_->join(after_round, self, [this](std::exception_ptr err, RankAssignment a) {
+    progress_timer_->cancel();
     if (stopped_) return;
     if (err) {
       handle(agent_.on_fatal(describe(err)));
@@ -287,6 +291,26 @@ void NodeAgent::rendezvous(int after_round) {
           if (!finishing_ && !stopped_) handle(agent_.on_fatal("lost the store: " + e));
         });
     handle(agent_.on_rendezvous_done(a));
+  });
+}
+
+void NodeAgent::report_progress() {
+  progress_timer_->start(10s, [this] {
+    const LaunchConfig& c = plan_.config;
+    const bool elastic = c.rdzv_backend != RdzvBackend::kStatic;
+    const auto waited = std::chrono::duration_cast<std::chrono::seconds>(clock_.now() - join_started_);
+    const auto limit = std::chrono::duration_cast<std::chrono::seconds>(
+        elastic ? plan_.rdzv_conf.join_timeout : c.rdzv_timeout);
+    const std::string store =
+        elastic ? c.rdzv_endpoint
+                : (c.node_rank == 0 ? "this node" : format_host_port(c.master_addr, c.master_port));
+    log_->warn("still waiting for the rendezvous after {} s ({} s left): {} node(s) expected, the "
+               "store at {}",
+               waited.count(), std::max<long>(0, (limit - waited).count()),
+               elastic ? std::to_string(c.min_nodes) + " to " + std::to_string(c.max_nodes)
+                       : std::to_string(c.max_nodes),
+               store);
+    report_progress();
   });
 }
 
@@ -463,6 +487,7 @@ void NodeAgent::shut_down() {
   stop_timer_->cancel();
   finish_timer_->cancel();
   wait_timer_->cancel();
+  progress_timer_->cancel();
   std::error_code ignored;
   signals_.cancel(ignored);
   group_.reset();

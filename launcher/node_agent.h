@@ -83,6 +83,8 @@ class NodeAgent {
   std::chrono::milliseconds wait_after_first_exit() const;
   // This node is done: bounds how long the others may still run.
   void bound_the_others(int round);
+  // Says every 10 s that a rendezvous is still pending, and for how much longer it may be.
+  void report_progress();
   std::unique_ptr<JobRendezvous> make_rendezvous();
 
   JobPlan plan_;
@@ -108,7 +110,9 @@ class NodeAgent {
   std::vector<pid_t> worker_pids_;  // this round's, by local rank
   std::unique_ptr<LoopTimer> stop_timer_;
   std::unique_ptr<LoopTimer> finish_timer_;
-  std::unique_ptr<LoopTimer> wait_timer_;  // --wait-after-first-exit
+  std::unique_ptr<LoopTimer> wait_timer_;      // --wait-after-first-exit
+  std::unique_ptr<LoopTimer> progress_timer_;  // lines while a rendezvous is pending
+  Clock::time_point join_started_;
   bool finishing_ = false;                 // the Agent said Finish; summary and barrier under way
   bool abort_pending_ = false;             // an abort is on its way to the store
   bool leaving_ = false;  // stopped here: exit once the abort landed (or its grace ended)

@@ -36,7 +36,9 @@ StoreBridge::StoreFactory StaticJob::factory(const StaticJobSettings& s, const H
   // Our stores (cohortd, or an agent's) run tagged writes once: safe to retry across a restart.
   client.dialect = StoreDialect::kCurrent;
   client.tagged_writes = true;
-  return [client](const std::atomic<bool>* abandon) -> std::unique_ptr<Store> {
+  const bool remote = s.node_rank != 0;
+  return [client, remote](const std::atomic<bool>* abandon) -> std::unique_ptr<Store> {
+    if (remote) check_reachable(client.host, client.port, "--master-addr");
     TcpStoreOptions o = client;
     o.abandon = abandon;
     return std::make_unique<TcpStore>(o);

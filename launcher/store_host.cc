@@ -1,6 +1,7 @@
 #include "store_host.h"
 
 #include "cohort/base/net.h"
+#include "cohort/error.h"
 #include "cohort/rdzv/auth.h"
 
 namespace cohort::launch {
@@ -13,6 +14,18 @@ std::unique_ptr<rdzv::StoreServerThread> host_store(const std::string& host, int
   so.auth_token = security.token;
   so.allow_unauthenticated = auth::parse_cidrs(security.allow_from_cidrs);
   return std::make_unique<rdzv::StoreServerThread>(so);
+}
+
+void check_reachable(const std::string& host, int port, const std::string& flag) {
+  Reachability r = probe_tcp(host, port, std::chrono::seconds(3));
+  if (r.kind != Reachability::kUnreachable && r.kind != Reachability::kNoName) return;
+  const std::string where = format_host_port(host, port);
+  throw StoreError("cannot reach the store at " + where +
+                       (r.address.empty() || r.address == strip_brackets(host)
+                            ? std::string()
+                            : " (" + r.address + ")") +
+                       ": " + r.detail + "; check " + flag + " and the route to that address",
+                   "", where);
 }
 
 std::string listen_address_for(const std::string& addr) {

@@ -24,6 +24,11 @@ std::unique_ptr<rdzv::StoreServerThread> host_store(const std::string& host, int
 // (a one-machine job listens there only), else every interface of its family.
 std::string listen_address_for(const std::string& addr);
 
+// Fails at once, with StoreError naming the address, the system's words and `flag`, when host:port
+// cannot be reached from here at all (no route, an unknown name). A store not listening yet, or a
+// slow answer, is not an error: the connection retries.
+void check_reachable(const std::string& host, int port, const std::string& flag);
+
 // The address a client on this machine dials to reach a server listening on `listen_host`.
 std::string local_dial_address(const std::string& listen_host);
 

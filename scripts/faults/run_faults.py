@@ -249,6 +249,7 @@ def store_kill(ctx):
     conf = "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=5,is_host=0"
     agents = [subprocess.Popen([ctx.path("cohortrun"), "--nnodes", "2", "--nproc-per-node", "1",
                                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                                "--local-addr", "127.0.0.1",  # both nodes on this machine
                                 "--rdzv-id", ctx.tag, "--rdzv-conf", conf, "--no-python",
                                 ctx.path("cohort_test_worker"), "--out", ctx.dir, "--sleep", "3"],
                                env=ctx.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

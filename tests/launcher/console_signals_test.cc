@@ -129,20 +129,22 @@ TEST_F(LauncherTest, SignalWhileConnectingToTheStore) {
   // Nobody listens on the endpoint: the agent retries for the join timeout (10 minutes).
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
   Subprocess p(cohortrun({"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-                          "--rdzv-conf", "is_host=0"},
+                          "--rdzv-conf", "is_host=0", "--local-addr", "127.0.0.1",
+                          "--term-timeout", "1"},
                          test_worker({})));
   auto start = Clock::now();
   expect_prompt_stop(
-      p, [&] { return Clock::now() - start > 500ms; }, SIGTERM, 1500ms);
+      p, [&] { return Clock::now() - start > 500ms; }, SIGTERM, 2000ms);
 }
 
 TEST_F(LauncherTest, SignalWhileWaitingForTheOtherNodes) {
   const std::string port = std::to_string(free_port());
-  Subprocess p(
-      cohortrun({"--nnodes", "2", "--node-rank", "0", "--master-port", port}, test_worker({})));
+  Subprocess p(cohortrun(
+      {"--nnodes", "2", "--node-rank", "0", "--master-port", port, "--term-timeout", "1"},
+      test_worker({})));
   auto start = Clock::now();
   expect_prompt_stop(
-      p, [&] { return Clock::now() - start > 500ms; }, SIGINT, 1500ms);
+      p, [&] { return Clock::now() - start > 500ms; }, SIGINT, 2000ms);
   EXPECT_NE(p.read_all_stderr(1s).find("SIGINT received"), std::string::npos);
 }
 

@@ -32,9 +32,11 @@ class ElasticTest : public LauncherTest {
                                  std::vector<std::string> worker_args,
                                  std::vector<std::string> extra = {},
                                  const std::string& conf = kFastConf) {
+    // --local-addr 127.0.0.1: every "node" of these tests runs on this machine.
     std::vector<std::string> args{"--nnodes",       nnodes, "--nproc-per-node", "2",
                                   "--rdzv-backend", "c10d", "--rdzv-endpoint",  endpoint_,
-                                  "--rdzv-id",      job,    "--rdzv-conf",      conf};
+                                  "--rdzv-id",      job,    "--rdzv-conf",      conf,
+                                  "--local-addr",   "127.0.0.1"};
     args.insert(args.end(), extra.begin(), extra.end());
     return cohortrun(args, test_worker(worker_args));
   }
@@ -128,7 +130,8 @@ TEST_F(ElasticTest, CoLocatedJobsWithDifferentIdsNeverMix) {
   std::filesystem::create_directories(dir_b);
   auto job = [&](const std::string& id, const std::string& out) {
     return cohortrun({"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                      "--rdzv-endpoint", endpoint_, "--rdzv-id", id, "--rdzv-conf", kFastConf},
+                      "--rdzv-endpoint", endpoint_, "--rdzv-id", id, "--rdzv-conf", kFastConf,
+                      "--local-addr", "127.0.0.1"},
                      {"--no-python", TEST_WORKER_BIN, "--out", out, "--sleep", "0.5"});
   };
   std::vector<std::unique_ptr<Subprocess>> agents;

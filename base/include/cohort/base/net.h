@@ -4,6 +4,7 @@
 // functions; thread-safe.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -36,6 +37,21 @@ bool is_local_host(const std::string& host);
 // Throws IoError naming the address and the system's error when there is no route or the name
 // does not resolve.
 std::string local_address_towards(const std::string& host, int port);
+
+// What one TCP connection attempt to host:port found (a probe: connected and closed at once).
+struct Reachability {
+  enum Kind {
+    kListening,    // something accepted the connection
+    kRefused,      // the host answered: nothing listens there (yet)
+    kUnreachable,  // no route, host or network unreachable: this address cannot work from here
+    kNoName,       // the name does not resolve
+    kTimeout,      // no answer within the time (a firewall dropping packets, or a slow network)
+  };
+  Kind kind = kTimeout;
+  std::string address;  // what the name resolved to ("" when it did not)
+  std::string detail;   // the system's words ("No route to host")
+};
+Reachability probe_tcp(const std::string& host, int port, std::chrono::milliseconds timeout);
 
 // gethostname(), or "localhost" when it fails.
 std::string hostname();

@@ -1,0 +1,82 @@
+// Misconfigurations a real cluster meets, caught up front with a line that says what to do: an
+// unreachable master, a loopback endpoint that other nodes would never share, flags that the
+// elastic rendezvous would silently ignore, and jobs on one endpoint without --rdzv-id.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "launcher_fixture.h"
+
+namespace cohort::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST_F(LauncherTest, AnUnreachableMasterIsReportedWithinSeconds) {
+  if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  // A network namespace with nothing but a loopback device: no route to any other address, so
+  // nothing can leave it.
+  const std::string ns = "cohort-unreach-" + std::to_string(::getpid());
+  ASSERT_EQ(std::system(("ip netns add " + ns).c_str()), 0);
+  std::vector<std::string> argv{"ip", "netns", "exec", ns};
+  for (auto& a : cohortrun({"--nnodes", "2", "--node-rank", "1", "--master-addr", "10.99.99.1",
+                            "--master-port", "29500"},
+                           test_worker({})))
+    argv.push_back(a);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run(argv, {}, 60s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  std::system(("ip netns delete " + ns).c_str());
+  EXPECT_EQ(r.exit_code(), 1) << r.err;
+  EXPECT_LT(took, 15s);
+  EXPECT_NE(r.err.find("cannot reach the store at 10.99.99.1:29500"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Network is unreachable"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("check --master-addr"), std::string::npos) << r.err;
+}
+
+TEST_F(LauncherTest, ALoopbackEndpointForSeveralNodesIsRefused) {
+  auto r = run(
+      cohortrun({"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:29400"},
+                test_worker({})));
+  EXPECT_EQ(r.exit_code(), 2) << r.err;
+  EXPECT_NE(r.err.find("is a loopback address, but --nnodes 1:2 lets other nodes join"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("--local-addr 127.0.0.1"), std::string::npos);
+}
+
+TEST_F(LauncherTest, FlagsTheElasticRendezvousWouldIgnoreAreSaidOrRefused) {
+  auto rank = run(cohortrun({"--nnodes", "1:2", "--node-rank", "1", "--rdzv-backend", "c10d",
+                             "--rdzv-endpoint", "127.0.0.1:1"},
+                            test_worker({})));
+  EXPECT_EQ(rank.exit_code(), 2);
+  EXPECT_NE(rank.err.find("--node-rank 1 is for the static rendezvous"), std::string::npos)
+      << rank.err;
+  auto addr = run(cohortrun({"--nnodes", "1", "--master-addr", "10.1.1.1", "--rdzv-backend", "c10d",
+                             "--rdzv-endpoint", "localhost:0"},
+                            test_worker({})));
+  EXPECT_EQ(addr.exit_code(), 0) << addr.err;
+  EXPECT_NE(addr.err.find("--master-addr is ignored: with an elastic rendezvous the store is "
+                          "--rdzv-endpoint localhost:0"),
+            std::string::npos)
+      << addr.err;
+}
+
+TEST_F(LauncherTest, ElasticJobsWithoutARunIdGetOneFromTheirCommand) {
+  auto job = [&](const std::string& tag) {
+    return run(
+        cohortrun({"--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0"},
+                  test_worker({"--stderr", tag})));
+  };
+  auto a = job("first"), b = job("second");
+  ASSERT_EQ(a.exit_code(), 0) << a.err;
+  auto id = [](const std::string& err) {
+    auto at = err.find("this job's run id is ");
+    return at == std::string::npos ? std::string() : err.substr(at + 21, 16);
+  };
+  EXPECT_EQ(id(a.err).rfind("job-", 0), 0u) << a.err;
+  EXPECT_NE(id(a.err), id(b.err));  // another command, another id
+  EXPECT_EQ(worker_env(0, 0)["TORCHELASTIC_RUN_ID"].rfind("job-", 0), 0u);
+}
+
+}  // namespace
+}  // namespace cohort::testing
