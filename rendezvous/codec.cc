@@ -12,7 +12,7 @@ enum class Shape : uint8_t {
   kKey,           // GET, WATCH_KEY, DELETE_KEY, QUEUE_POP, QUEUE_LEN
   kKeyValue,      // SET, APPEND, QUEUE_PUSH
   kKeyTwoValues,  // COMPARE_SET: key, expected, desired
-  kKeyDelta,      // ADD
+  kKeyDelta,      // ADD, BARRIER (the world size in place of the delta)
   kKeyList,       // CHECK, WAIT, MULTI_GET
   kPairList,      // MULTI_SET
 };
@@ -28,7 +28,7 @@ struct CommandRow {
   Shape shape;
 };
 
-constexpr std::array<CommandRow, 18> kCommands = {{
+constexpr std::array<CommandRow, 20> kCommands = {{
     {Op::kValidate, "VALIDATE", kNo, 0, Shape::kU32},
     {Op::kPing, "PING", kNo, 13, Shape::kU32},
     {Op::kSet, "SET", 0, 1, Shape::kKeyValue},
@@ -47,6 +47,8 @@ constexpr std::array<CommandRow, 18> kCommands = {{
     {Op::kQueuePush, "QUEUE_PUSH", kNo, 14, Shape::kKeyValue},
     {Op::kQueuePop, "QUEUE_POP", kNo, 15, Shape::kKey},
     {Op::kQueueLen, "QUEUE_LEN", kNo, 16, Shape::kKey},
+    {Op::kListKeys, "LIST_KEYS", kNo, 17, Shape::kNone},
+    {Op::kBarrier, "BARRIER", kNo, 18, Shape::kKeyDelta},
 }};
 
 constexpr bool table_in_op_order() {

@@ -78,12 +78,15 @@ class ProtocolHandler {
   // Runs the token handshake on buffered bytes; false when the connection must close. Sets
   // *need_more when it waits for bytes.
   bool authenticate(bool* need_more);
+  void refuse_unauthenticated();
 
   enum class AuthState { kNone, kChallenged, kDone };
   const bool must_authenticate_;
   AuthState auth_state_ = AuthState::kNone;
   std::string challenge_;
   bool refused_unauthenticated_ = false;
+  // An unauthenticated PyTorch 2.x client: VALIDATE and PING answered, any other request refused.
+  bool liveness_only_ = false;
   bool dialect_known_ = false;
   Dialect dialect_ = Dialect::kLegacy;
   bool waiting_ = false;

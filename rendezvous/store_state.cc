@@ -150,6 +150,33 @@ StoreState::WaitResult StoreState::wait(SessionId session, std::span<const std::
   return WaitResult::kParked;
 }
 
+StoreState::WaitResult StoreState::barrier(SessionId session, std::string_view key,
+                                           int64_t world_size) {
+  // Refused before anything changes: a request that closes its connection leaves no trace.
+  int64_t current = 0;
+  auto found = data_.find(key);
+  if (found != data_.end() && !parse_like_stoll(found->second, &current))
+    return WaitResult::kNotACounter;
+  const bool parks = current < world_size - 1;  // the arrival below adds 1
+  if (parks && max_waiters_ != 0 && waits_.size() >= max_waiters_)
+    return WaitResult::kTooManyWaiters;
+  int64_t arrived;
+  add(key, 1, &arrived);
+  if (!parks) return WaitResult::kReady;
+  PendingWait w{next_wait_seq_++, 1, {std::string(key)}, world_size};
+  auto it = waiters_by_key_.find(key);
+  if (it == waiters_by_key_.end()) it = waiters_by_key_.emplace(key, KeyWaiters{}).first;
+  it->second.list.emplace_back(session, w.seq);
+  waits_.insert_or_assign(session, std::move(w));
+  return WaitResult::kParked;
+}
+
+bool StoreState::counter_reached(std::string_view key, int64_t target) const {
+  auto it = data_.find(key);
+  int64_t v;
+  return it != data_.end() && parse_like_stoll(it->second, &v) && v >= target;
+}
+
 void StoreState::unregister(SessionId session, const PendingWait& w) {
   for (const auto& k : w.keys) {
     auto it = waiters_by_key_.find(k);
@@ -186,11 +213,17 @@ void StoreState::wake(std::string_view key, bool only_one) {
   if (it == waiters_by_key_.end()) return;
   std::vector<SessionId> satisfied;
   auto& list = it->second.list;
+  size_t kept = 0;  // barriers whose counter is still short stay, in arrival order, at the front
   size_t i = 0;
   for (; i < list.size(); ++i) {
     auto [session, seq] = list[i];
     auto wi = waits_.find(session);
     if (wi == waits_.end() || wi->second.seq != seq) continue;  // cancelled
+    const int64_t target = wi->second.barrier_target;
+    if (target != 0 && !counter_reached(key, target)) {
+      list[kept++] = list[i];
+      continue;
+    }
     if (--wi->second.remaining == 0) {
       waits_.erase(wi);
       satisfied.push_back(session);
@@ -200,11 +233,8 @@ void StoreState::wake(std::string_view key, bool only_one) {
       break;
     }
   }
-  if (i >= list.size()) {
-    waiters_by_key_.erase(it);
-  } else {
-    list.erase(list.begin(), list.begin() + static_cast<ptrdiff_t>(i));
-  }
+  list.erase(list.begin() + static_cast<ptrdiff_t>(kept), list.begin() + static_cast<ptrdiff_t>(i));
+  if (list.empty()) waiters_by_key_.erase(it);
   // Told after the bookkeeping, so a listener may call back into the state.
   for (SessionId s : satisfied) listener_->on_wait_satisfied(s);
 }

@@ -55,11 +55,23 @@ class StoreState {
   int64_t num_keys() const { return static_cast<int64_t>(data_.size()); }
   void append(std::string_view key, std::string_view value);
 
-  enum class WaitResult { kReady, kParked, kTooManyWaiters };
+  enum class WaitResult { kReady, kParked, kTooManyWaiters, kNotACounter };
   // REQUIRES: `session` has no wait parked (a session waits for one thing at a time).
   WaitResult wait(SessionId session, std::span<const std::string_view> keys);
   // Forgets the parked wait of `session`; true iff there was one.
   bool cancel_wait(SessionId session);
+  // PyTorch 2.x's BARRIER: ADDs 1 to `key`; ready once the counter is at least `world_size`,
+  // else parked until a write (another arrival, an ADD, a SET) makes it so. An arrival stays
+  // counted when its wait is cancelled, as in PyTorch's libuv store. Nothing changes when the
+  // key holds something that is not a decimal integer (kNotACounter) or the arrival would park
+  // one wait too many (kTooManyWaiters).
+  // REQUIRES: `session` has no wait parked.
+  WaitResult barrier(SessionId session, std::string_view key, int64_t world_size);
+  // Calls fn(key) for every key (LIST_KEYS; queues are not keys), in no particular order.
+  template <class Fn>
+  void for_each_key(Fn&& fn) const {
+    for (const auto& entry : data_) fn(std::string_view(entry.first));
+  }
 
   void watch(SessionId session, std::string_view key);
 
@@ -114,6 +126,7 @@ class StoreState {
     uint64_t seq;
     size_t remaining;
     std::vector<std::string> keys;  // the keys this wait is registered on
+    int64_t barrier_target = 0;     // a BARRIER: ready when its key's counter reaches this
   };
   struct KeyWaiters {
     std::vector<std::pair<SessionId, uint64_t>> list;  // (session, wait seq), arrival order
@@ -121,6 +134,8 @@ class StoreState {
   };
 
   bool exists(std::string_view key) const;
+  // True when `key` holds a decimal integer of at least `target`.
+  bool counter_reached(std::string_view key, int64_t target) const;
   // Tells the change observer the key's current value.
   void changed(std::string_view key);
   // Counts the write of `key` against the waits parked on it; `only_one` wakes a single waiter

@@ -34,6 +34,7 @@ void expected_fields(Op op, int* keys, int* values) {
     case Op::kPing:
     case Op::kGetNumKeys:
     case Op::kCancelWait:
+    case Op::kListKeys:
       *keys = 0, *values = 0;
       return;
     case Op::kGet:
@@ -42,6 +43,7 @@ void expected_fields(Op op, int* keys, int* values) {
     case Op::kQueuePop:
     case Op::kQueueLen:
     case Op::kAdd:
+    case Op::kBarrier:
       *keys = 1, *values = 0;
       return;
     case Op::kSet:

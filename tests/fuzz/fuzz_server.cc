@@ -112,6 +112,7 @@ struct Conn {
   size_t modelled = 0;  // bytes of `sent` whose replies are accounted for in `expect`
   enum class Auth { kNone, kChallenged, kDone } auth = Auth::kNone;  // as the model sees it
   std::string challenge;
+  bool liveness_only = false;  // unauthenticated PyTorch 2.x: VALIDATE and PING, nothing else
   bool dialect_known = false;
   Dialect dialect = Dialect::kLegacy;
   std::deque<Expect> expect;       // replies owed, in request order
@@ -237,7 +238,7 @@ class Harness final : public StoreListener {
       d = detect_dialect(first) == DetectStatus::kCurrent ? Dialect::kCurrent : Dialect::kLegacy;
     }
     Request req;
-    req.op = static_cast<Op>((sel[0] & 0x7f) % 18);
+    req.op = static_cast<Op>((sel[0] & 0x7f) % 20);
     if (!wire_from_op(d, req.op)) req.op = (sel[0] & 1) ? Op::kWait : Op::kGet;
     // Mostly a few keys; sel[3] adds up to 127 more (a key listed many times registers a wait
     // as many times: long per-key waiter lists).
@@ -264,6 +265,11 @@ class Harness final : public StoreListener {
         break;
       case Op::kGetNumKeys:
       case Op::kCancelWait:
+      case Op::kListKeys:
+        break;
+      case Op::kBarrier:
+        req.keys.push_back(key(0));
+        req.delta = 1 + (sel[3] & 3);  // world sizes 1..4: some arrivals park, some release
         break;
       default:
         req.keys.push_back(key(0));
@@ -480,7 +486,12 @@ class Harness final : public StoreListener {
       bool tagged_read =
           tagged && r.status == DecodeStatus::kComplete &&
           (!is_write(req.op) || (kTaggedNeedsCurrentDialect && d != Dialect::kCurrent));
-      COHORT_FUZZ_CHECK(r.status == DecodeStatus::kBad || too_big || tagged_read,
+      bool refused_probe = c.liveness_only && r.status == DecodeStatus::kComplete &&
+                           req.op != Op::kValidate && req.op != Op::kPing;
+      COHORT_FUZZ_CHECK(!refused_probe || c.h->refused_unauthenticated(),
+                        "session %llu: an unauthenticated request closed for another reason (%s)",
+                        static_cast<unsigned long long>(c.id), c.h->close_reason().c_str());
+      COHORT_FUZZ_CHECK(r.status == DecodeStatus::kBad || too_big || tagged_read || refused_probe,
                         "session %llu closed (%s) with %zu bytes left that decode as status %d",
                         static_cast<unsigned long long>(c.id), c.h->close_reason().c_str(),
                         rest.size(), static_cast<int>(r.status));
@@ -503,8 +514,14 @@ class Harness final : public StoreListener {
       if (c.auth == Conn::Auth::kNone) {
         if (bytes[c.modelled] != auth::kHello) {
           if (must_authenticate_) {
-            *closes = true;
-            return;
+            DetectStatus d = bytes[c.modelled] == 0x00 ? detect_dialect(bytes.subspan(c.modelled))
+                                                       : DetectStatus::kLegacy;
+            if (d == DetectStatus::kNeedMore) return;
+            if (d == DetectStatus::kLegacy) {
+              *closes = true;
+              return;
+            }
+            c.liveness_only = true;
           }
           c.auth = Conn::Auth::kDone;
           return;

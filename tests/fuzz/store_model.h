@@ -159,6 +159,34 @@ class StoreModel {
         }
         break;
       }
+      case Op::kBarrier: {
+        std::string key(req.keys[0]);
+        int64_t current = 0;
+        auto it = data_.find(key);
+        if (it != data_.end() && !stoll_like(it->second, &current)) {
+          o.closes = true;
+          break;
+        }
+        // Wraps like ADD; parks while the counter is short of the world size.
+        int64_t arrived = static_cast<int64_t>(static_cast<uint64_t>(current) + 1);
+        bool parks = arrived < req.delta;
+        if (parks && max_waiters_ != 0 && waits_.size() >= max_waiters_) {
+          o.closes = true;
+          break;
+        }
+        write(key, std::to_string(arrived), &o);
+        if (parks) {
+          waits_[session] = Wait{next_seq_++, {key}, req.delta};
+          o.parks = true;
+        } else {
+          put_u8(&o.reply, kStopWaiting);
+        }
+        break;
+      }
+      case Op::kListKeys:
+        put_i64(&o.reply, static_cast<int64_t>(data_.size()));
+        for (const auto& [k, v] : data_) put_bytes(&o.reply, k);  // sorted, as cohortd sends them
+        break;
       case Op::kQueueLen: {
         auto it = queues_.find(std::string(req.keys[0]));
         put_i64(&o.reply, it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size()));
@@ -191,6 +219,7 @@ class StoreModel {
   struct Wait {
     uint64_t seq;                      // arrival order
     std::vector<std::string> pending;  // one entry per registration still owed a write
+    int64_t barrier = 0;               // a BARRIER: woken once its key counts this far
   };
 
   bool exists(const std::string& key) const {
@@ -213,6 +242,8 @@ class StoreModel {
     data_[key] = std::move(value);
     for (uint64_t s : by_arrival()) {
       Wait& w = waits_[s];
+      int64_t count;
+      if (w.barrier != 0 && !(stoll_like(data_[key], &count) && count >= w.barrier)) continue;
       std::erase(w.pending, key);
       if (w.pending.empty()) {
         waits_.erase(s);
@@ -226,7 +257,7 @@ class StoreModel {
     for (uint64_t s : by_arrival()) {
       Wait& w = waits_[s];
       auto it = std::find(w.pending.begin(), w.pending.end(), key);
-      if (it == w.pending.end()) continue;
+      if (it == w.pending.end() || w.barrier != 0) continue;  // a queue is not a counter
       w.pending.erase(it);
       if (w.pending.empty()) {
         waits_.erase(s);

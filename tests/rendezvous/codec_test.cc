@@ -166,7 +166,8 @@ TEST(Codec, UnknownOpcodesAreBadPerDialect) {
   auto r = decode(Dialect::kLegacy, unhex("09"), &req);
   EXPECT_EQ(r.status, DecodeStatus::kBad);
   EXPECT_NE(r.error.find("unknown command 9"), std::string::npos);
-  EXPECT_EQ(decode(Dialect::kCurrent, unhex("11"), &req).status, DecodeStatus::kBad);
+  EXPECT_EQ(decode(Dialect::kCurrent, unhex("13"), &req).status, DecodeStatus::kBad);
+  EXPECT_EQ(decode(Dialect::kLegacy, unhex("11"), &req).status, DecodeStatus::kBad);
   EXPECT_EQ(decode(Dialect::kCurrent, unhex("ff"), &req).status, DecodeStatus::kBad);
 }
 
@@ -181,13 +182,15 @@ TEST(Codec, BothNumberingsMapTheSameCommands) {
   EXPECT_EQ(op_from_wire(Dialect::kCurrent, 12), Op::kCancelWait);
   EXPECT_EQ(op_from_wire(Dialect::kCurrent, 13), Op::kPing);
   EXPECT_EQ(op_from_wire(Dialect::kCurrent, 16), Op::kQueueLen);
+  EXPECT_EQ(op_from_wire(Dialect::kCurrent, 17), Op::kListKeys);
+  EXPECT_EQ(op_from_wire(Dialect::kCurrent, 18), Op::kBarrier);
   EXPECT_FALSE(op_from_wire(Dialect::kLegacy, 13));
   EXPECT_FALSE(wire_from_op(Dialect::kLegacy, Op::kMultiGet));
   EXPECT_FALSE(wire_from_op(Dialect::kCurrent, Op::kWatchKey));
 }
 
 TEST(Codec, CurrentDialectRoundTripsEveryCommand) {
-  for (int opcode = 0; opcode <= 16; ++opcode) {
+  for (int opcode = 0; opcode <= 18; ++opcode) {
     auto op = op_from_wire(Dialect::kCurrent, static_cast<uint8_t>(opcode));
     ASSERT_TRUE(op);
     Request req;
@@ -225,6 +228,20 @@ TEST(Codec, NewerClientHandshakeBytes) {
   ASSERT_EQ(r.status, DecodeStatus::kComplete);
   EXPECT_EQ(req.op, Op::kPing);
   EXPECT_EQ(req.u32, 12345u);
+}
+
+TEST(Codec, PyTorch215ListKeysAndBarrierBytes) {
+  // Captured from PyTorch 2.15's client: list_keys(), then barrier("/b2", 2).
+  Request req;
+  auto r = decode(Dialect::kCurrent, unhex("11"), &req);
+  ASSERT_EQ(r.status, DecodeStatus::kComplete);
+  EXPECT_EQ(req.op, Op::kListKeys);
+  const std::string barrier = unhex("12 0300000000000000 2f6232 0200000000000000");
+  r = decode(Dialect::kCurrent, barrier, &req);  // req's key points into `barrier`
+  ASSERT_EQ(r.status, DecodeStatus::kComplete);
+  EXPECT_EQ(req.op, Op::kBarrier);
+  EXPECT_EQ(std::string(req.keys.at(0)), "/b2");
+  EXPECT_EQ(req.delta, 2);
 }
 
 TEST(Codec, DialectDetection) {

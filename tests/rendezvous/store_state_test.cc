@@ -122,6 +122,43 @@ TEST_F(StoreStateTest, ManyCancellationsOnOneKeyStayConsistent) {
   EXPECT_EQ(rec.woken, expected);
 }
 
+TEST_F(StoreStateTest, BarrierReleasesEveryArrivalWhenTheLastArrives) {
+  using R = StoreState::WaitResult;
+  ASSERT_EQ(st.barrier(1, "b", 3), R::kParked);
+  ASSERT_EQ(st.barrier(2, "b", 3), R::kParked);
+  st.set("other", "x");  // other keys release nothing
+  EXPECT_TRUE(rec.woken.empty());
+  EXPECT_EQ(st.barrier(3, "b", 3), R::kReady);
+  EXPECT_EQ(rec.woken, (std::vector<SessionId>{1, 2}));
+  EXPECT_EQ(*st.get("b"), "3");
+  EXPECT_EQ(st.parked_waits(), 0u);
+}
+
+TEST_F(StoreStateTest, BarrierCountsCancelledArrivalsAndWakesOnAnyWriteThatReachesIt) {
+  using R = StoreState::WaitResult;
+  ASSERT_EQ(st.barrier(1, "b", 2), R::kParked);
+  EXPECT_TRUE(st.cancel_wait(1));  // a timed-out arrival stays counted, as in PyTorch's store
+  EXPECT_EQ(st.barrier(2, "b", 2), R::kReady);
+  ASSERT_EQ(st.barrier(3, "c", 5), R::kParked);
+  ASSERT_EQ(st.wait(4, Keys{"c"}), R::kReady);  // "c" exists once the barrier counted
+  int64_t v;
+  st.add("c", 1, &v);  // 2 of 5: still short
+  EXPECT_TRUE(rec.woken.empty());
+  st.set("c", "9");
+  EXPECT_EQ(rec.woken, std::vector<SessionId>{3});
+}
+
+TEST_F(StoreStateTest, BarrierOnTextOrBeyondTheWaiterLimitChangesNothing) {
+  st.set("t", "text");
+  EXPECT_EQ(st.barrier(1, "t", 2), StoreState::WaitResult::kNotACounter);
+  EXPECT_EQ(*st.get("t"), "text");
+  StoreState limited(&rec, 1);
+  ASSERT_EQ(limited.wait(1, Keys{"k"}), StoreState::WaitResult::kParked);
+  EXPECT_EQ(limited.barrier(2, "b", 2), StoreState::WaitResult::kTooManyWaiters);
+  EXPECT_EQ(limited.get("b"), nullptr);
+  EXPECT_EQ(limited.barrier(2, "b", 1), StoreState::WaitResult::kReady);  // needs no wait
+}
+
 TEST_F(StoreStateTest, WaiterLimit) {
   StoreState limited(&rec, 2);
   EXPECT_EQ(limited.wait(1, Keys{"k"}), StoreState::WaitResult::kParked);

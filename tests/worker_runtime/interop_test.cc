@@ -46,7 +46,8 @@ TEST(DistributedSamplerInterop, MatchesLivePyTorchOnLargeDatasets) {
 }
 
 // torchrun --nproc_per_node=2 --no_python runtime_test_worker collectives: the Context parses
-// torchrun's environment and reaches the agent's 1.13 store with the 1.13 dialect.
+// torchrun's environment and reaches the agent's store in its generation's dialect (1.13's, or
+// the VALIDATE-era one of 2.x's libuv store).
 TEST(TorchrunInterop, WorkerGroupUnderTorchrun) {
   COHORT_REQUIRE_TORCH();
   const std::string torchrun = torch_bin_dir() + "/torchrun";
@@ -58,7 +59,9 @@ TEST(TorchrunInterop, WorkerGroupUnderTorchrun) {
       {torchrun, "--nproc_per_node=2", "--no_python", "--redirects=1", "--tee=1",
        "--log_dir=" + dir.path() + "/logs", "--master_port=" + std::to_string(free_port()),
        COHORT_TEST_WORKER, "collectives"},
-      {{"COHORT_STORE_DIALECT", "torch113"}, {"COHORT_TIMEOUT_S", "60"}, {"OMP_NUM_THREADS", "1"}},
+      {{"COHORT_STORE_DIALECT", cohort::testing::torch_is_1x() ? "torch113" : "current"},
+       {"COHORT_TIMEOUT_S", "60"},
+       {"OMP_NUM_THREADS", "1"}},
       dir.path(), "torchrun");
   ASSERT_TRUE(test::wait_child(c, std::chrono::steady_clock::now() + std::chrono::seconds(120)))
       << c.stderr_text();

@@ -22,7 +22,8 @@ namespace cohort::rdzv {
 // The two opcode numberings PyTorch has shipped.
 enum class Dialect : uint8_t {
   kLegacy,   // PyTorch 1.13 / 2.0: SET=0 .. WATCH_KEY=7, DELETE_KEY=8; no handshake
-  kCurrent,  // VALIDATE era (2.2+ .. 2.8, main): VALIDATE=0, SET=1 .. QUEUE_LEN=16
+  kCurrent,  // VALIDATE era (2.2+ .. 2.15): VALIDATE=0, SET=1 .. QUEUE_LEN=16, LIST_KEYS=17,
+             // BARRIER=18
 };
 
 std::string_view dialect_name(Dialect d);
@@ -46,6 +47,8 @@ enum class Op : uint8_t {
   kQueuePush,
   kQueuePop,
   kQueueLen,
+  kListKeys,  // reply: i64 count, then each key as a byte string
+  kBarrier,   // key, i64 world size: ADD 1, then STOP_WAITING once the counter reaches it
 };
 
 std::string_view op_name(Op op);
