@@ -122,7 +122,7 @@ bool ProtocolHandler::process() {
       dialect_ = d == DetectStatus::kCurrent ? Dialect::kCurrent : Dialect::kLegacy;
       dialect_known_ = true;
     }
-    if (waiting_) {
+    if (waiting_ && dialect_ == Dialect::kCurrent) {
       auto op = op_from_wire(dialect_, pending[0]);
       if (!op || *op != Op::kCancelWait) break;  // held until the wait ends
     }
@@ -148,6 +148,13 @@ bool ProtocolHandler::process() {
     if (res.status == DecodeStatus::kBad) {
       close_reason_ = res.error;
       return false;
+    }
+    if (waiting_) {
+      // The 1.13 dialect: it has no CANCEL_WAIT, and its client sends nothing behind a WAIT, so
+      // a whole request now means the WAIT timed out at the client. PyTorch's daemon answers
+      // it; so do we, and the dead wait goes without a reply.
+      state_.cancel_wait(id_);
+      waiting_ = false;
     }
     if (liveness_only_ && req_.op != Op::kValidate && req_.op != Op::kPing) {
       refuse_unauthenticated();

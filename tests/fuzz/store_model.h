@@ -37,6 +37,9 @@ class StoreModel {
 
   Outcome apply(uint64_t session, Dialect d, const Request& req) {
     Outcome o;
+    // A 1.13 client sends again only once its WAIT timed out: the parked wait is dropped,
+    // unanswered.
+    if (d == Dialect::kLegacy && waits_.erase(session) > 0) o.cancelled_parked = true;
     switch (req.op) {
       case Op::kValidate:
         o.closes = req.u32 != kValidationMagic;

@@ -72,6 +72,12 @@ class TorchClientAgainstCohortd(unittest.TestCase):
         # 1.13: "Socket Timeout"; 2.x: "wait timeout after 1000ms, keys: /never".
         self.assertIn("timeout", str(cm.exception).lower())
         self.assertLess(time.monotonic() - start, 4.0)
+        # The connection goes on (1.13 cannot cancel its WAIT: its next request must be
+        # answered all the same, and the dead wait's late reply never sent).
+        other.set("after", "y")
+        self.assertEqual(other.get("after"), b"y")
+        setter.set("never", "z")
+        self.assertEqual(other.add("n", 3), 3)
 
     def test_world_size_counts_init_key(self):
         # With world_size given, every 1.13 client ADDs "init/"; GETNUMKEYS counts it.

@@ -208,13 +208,29 @@ TEST(StoreServer, CancelWaitAnswersCanceledAndReleasesTheWait) {
 TEST(StoreServer, RequestsAfterAParkedWaitKeepTheirOrder) {
   StoreServerThread server(local());
   RawClient c(server.port()), setter(server.port());
-  // WAIT then GETNUMKEYS pipelined: the count must come after STOP_WAITING, not before.
-  c.send(unhex("05 0100000000000000") + S("/k") + unhex("06"));
+  // The current dialect, VALIDATE then WAIT and GETNUMKEYS pipelined: the count must come after
+  // STOP_WAITING, not before.
+  c.send(unhex("00 cef7853c 06 0100000000000000") + S("/k") + unhex("07"));
   EXPECT_TRUE(c.silent_for(100ms));
   setter.send(unhex("00") + S("/k") + S("v"));
   EXPECT_EQ(hex(*c.read(9)),
             "00"
             "0100000000000000");
+}
+
+TEST(StoreServer, A113RequestAfterATimedOutWaitIsAnsweredAndTheWaitDropped) {
+  // 1.13 cannot cancel a WAIT; its client sends again only after the WAIT timed out. PyTorch's
+  // daemon answers that request, so cohortd must too, and never send the dead wait's reply.
+  StoreServerThread server(local());
+  RawClient c(server.port()), setter(server.port());
+  c.send(unhex("05 0100000000000000") + S("/k"));
+  ASSERT_TRUE(eventually([&] { return server.stats().parked_waits == 1; }));
+  c.send(unhex("06"));  // GETNUMKEYS
+  EXPECT_EQ(hex(*c.read(8)), "0000000000000000");
+  EXPECT_EQ(server.stats().parked_waits, 0u);
+  setter.send(unhex("00") + S("/k") + S("v"));
+  c.send(unhex("06"));
+  EXPECT_EQ(hex(*c.read(8)), "0100000000000000");  // no stray STOP_WAITING before the count
 }
 
 TEST(StoreServer, HalfSentRequestDelaysNobodyElse) {
