@@ -146,8 +146,34 @@ void NodeAgent::start() {
     signals_.add(SIGCHLD);  // strays handed over to the subreaper must be reaped
     wait_for_signals();
   }
+  start_file_timer();
   rdzv_ = make_rendezvous();
   handle(agent_.start());
+}
+
+void NodeAgent::start_file_timer() {
+  const std::string path = file_timer_path(env_);
+  if (path.empty()) return;
+  try {
+    file_timer_ = std::make_unique<FileTimerServer>(
+        io_, path, log_, [this](pid_t pid, const std::string& scope, int sig) {
+          if (group_ && group_->signal_for_expired_timer(pid, scope, sig)) {
+            log_->warn("file timer '{}' of pid {} expired: sent it {}", scope, pid,
+                       signal_name(sig));
+          } else {
+            log_->warn(
+                "file timer '{}' of pid {} expired, but that is no worker of this node: "
+                "left alone",
+                scope, pid);
+          }
+        });
+  } catch (const std::system_error& e) {
+    throw UsageError(std::string(e.what()) +
+                     "; set TORCHELASTIC_TIMER_FILE to a path in a writable folder, or unset "
+                     "TORCHELASTIC_ENABLE_FILE_TIMER");
+  }
+  env_["TORCHELASTIC_TIMER_FILE"] = path;  // the workers' FileTimerClient writes there
+  log_->info("file timer: workers' timers are read from {}", path);
 }
 
 int NodeAgent::run() {
@@ -298,18 +324,20 @@ void NodeAgent::report_progress() {
   progress_timer_->start(10s, [this] {
     const LaunchConfig& c = plan_.config;
     const bool elastic = c.rdzv_backend != RdzvBackend::kStatic;
-    const auto waited = std::chrono::duration_cast<std::chrono::seconds>(clock_.now() - join_started_);
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::seconds>(clock_.now() - join_started_);
     const auto limit = std::chrono::duration_cast<std::chrono::seconds>(
         elastic ? plan_.rdzv_conf.join_timeout : c.rdzv_timeout);
     const std::string store =
         elastic ? c.rdzv_endpoint
                 : (c.node_rank == 0 ? "this node" : format_host_port(c.master_addr, c.master_port));
-    log_->warn("still waiting for the rendezvous after {} s ({} s left): {} node(s) expected, the "
-               "store at {}",
-               waited.count(), std::max<long>(0, (limit - waited).count()),
-               elastic ? std::to_string(c.min_nodes) + " to " + std::to_string(c.max_nodes)
-                       : std::to_string(c.max_nodes),
-               store);
+    log_->warn(
+        "still waiting for the rendezvous after {} s ({} s left): {} node(s) expected, the "
+        "store at {}",
+        waited.count(), std::max<long>(0, (limit - waited).count()),
+        elastic ? std::to_string(c.min_nodes) + " to " + std::to_string(c.max_nodes)
+                : std::to_string(c.max_nodes),
+        store);
     report_progress();
   });
 }
@@ -360,7 +388,10 @@ void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outco
   };
   if (reaper_) {
     events.started = [this](pid_t pid) { reaper_->watch(pid); };
-    events.reaped = [this](pid_t pid) { reaper_->forget(pid); };
+    events.reaped = [this](pid_t pid) {
+      reaper_->forget(pid);
+      if (file_timer_) file_timer_->forget(pid);
+    };
   }
   group_ = std::make_unique<WorkerGroup>(io_, clock_, spawner_, std::move(spec), std::move(events));
   rdzv_->start_keep_alive(a, [this](std::string why) {

@@ -23,6 +23,7 @@
 #include "cohort/base/environment.h"
 #include "console.h"
 #include "event_log.h"
+#include "file_timer.h"
 #include "job_plan.h"
 #include "job_rendezvous.h"
 #include "loop_clock.h"
@@ -86,6 +87,8 @@ class NodeAgent {
   // Says every 10 s that a rendezvous is still pending, and for how much longer it may be.
   void report_progress();
   std::unique_ptr<JobRendezvous> make_rendezvous();
+  // TORCHELASTIC_ENABLE_FILE_TIMER=1: serves the workers' FileTimerClients (file_timer.h).
+  void start_file_timer();
 
   JobPlan plan_;
   EnvMap env_;
@@ -105,6 +108,7 @@ class NodeAgent {
   Agent agent_;
   std::unique_ptr<JobRendezvous> rdzv_;
   std::unique_ptr<WorkerGroup> group_;
+  std::unique_ptr<FileTimerServer> file_timer_;
   RankAssignment assignment_;
   EventLog events_;
   std::vector<pid_t> worker_pids_;  // this round's, by local rank
@@ -113,9 +117,9 @@ class NodeAgent {
   std::unique_ptr<LoopTimer> wait_timer_;      // --wait-after-first-exit
   std::unique_ptr<LoopTimer> progress_timer_;  // lines while a rendezvous is pending
   Clock::time_point join_started_;
-  bool finishing_ = false;                 // the Agent said Finish; summary and barrier under way
-  bool abort_pending_ = false;             // an abort is on its way to the store
-  bool leaving_ = false;  // stopped here: exit once the abort landed (or its grace ended)
+  bool finishing_ = false;      // the Agent said Finish; summary and barrier under way
+  bool abort_pending_ = false;  // an abort is on its way to the store
+  bool leaving_ = false;        // stopped here: exit once the abort landed (or its grace ended)
   bool stopped_ = false;
   int exit_code_ = 0;
 };

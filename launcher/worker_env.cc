@@ -24,10 +24,14 @@ std::vector<std::string> build_worker_env(const std::map<std::string, std::strin
   set("TORCHELASTIC_RESTART_COUNT", num(a.restart_count));
   set("TORCHELASTIC_MAX_RESTARTS", num(c.max_restarts));
   set("TORCHELASTIC_RUN_ID", in.run_id);
+  // True: MASTER_ADDR:MASTER_PORT is always a store the agents serve (node 0's, or cohortd),
+  // never one that rank 0 must host itself, which is what False tells PyTorch.
   set("TORCHELASTIC_USE_AGENT_STORE", "True");
   set("TORCHELASTIC_ERROR_FILE", in.error_file);
-  // torchrun: os.getenv(..., "1") for both spellings.
-  env.try_emplace("NCCL_ASYNC_ERROR_HANDLING", "1");
+  // torchrun 2.x puts --signals-to-handle in its own environment, so its workers inherit it.
+  set("TORCHELASTIC_SIGNALS_TO_HANDLE", c.signals_to_handle);
+  // torchrun 2.x: os.getenv(..., "1"). Not 1.13's NCCL_ASYNC_ERROR_HANDLING, which 2.x warns is
+  // deprecated; a 1.13 NCCL job that wants it sets it, and it passes through.
   env.try_emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (in.omp_num_threads) set("OMP_NUM_THREADS", num(*in.omp_num_threads));
   if (!c.collective_timeout.empty()) set("COHORT_TIMEOUT_S", c.collective_timeout);

@@ -48,6 +48,7 @@ struct WorkerGroup::Worker {
   bool reported = false;  // its exit was reported
   bool dumping = false;   // hung: asked for its stack, not yet reported
   bool hung_reported = false;
+  std::string expired_timer;  // a FileTimerClient scope whose expiry killed it
   int wait_status = 0;
   double exit_time = 0;
   asio::posix::stream_descriptor pidfd;
@@ -240,6 +241,11 @@ void WorkerGroup::report(Worker& w) {
       }
     }
     if (f.traceback.empty() && w.err_pump) f.traceback = w.err_pump->tail().text();
+    if (!w.expired_timer.empty()) {
+      const bool message_is_reason = f.message == f.reason;
+      f.reason = "its file timer '" + w.expired_timer + "' expired: " + f.reason;
+      if (message_is_reason) f.message = f.reason;
+    }
     failure = std::move(f);
   }
   const int lr = w.spec.local_rank;
@@ -251,6 +257,17 @@ void WorkerGroup::report(Worker& w) {
   post([this, lr, failure] {
     if (events_.exited) events_.exited(lr, failure);
   });
+}
+
+bool WorkerGroup::signal_for_expired_timer(pid_t pid, const std::string& scope, int sig) {
+  const pid_t pgid = ::getpgid(pid);
+  for (auto& w : workers_) {
+    if (!w->running || (w->pid != pid && w->pid != pgid)) continue;
+    if (w->expired_timer.empty()) w->expired_timer = scope;
+    spawner_.kill_process(pid, sig);
+    return true;
+  }
+  return false;
 }
 
 void WorkerGroup::signal(int sig) {

@@ -88,6 +88,10 @@ class WorkerGroup {
   bool any_running() const;
   // Pids of the workers not yet reaped.
   std::vector<pid_t> running_pids() const;
+  // A FileTimerClient's timer (`scope`) of process `pid` expired: when `pid` is a running worker
+  // or in a worker's process group, sends it `sig` and returns true; that worker's failure then
+  // says which timer expired. False (nothing sent) for a process that is none of this group's.
+  bool signal_for_expired_timer(pid_t pid, const std::string& scope, int sig);
   const GroupSpec& spec() const { return spec_; }
 
  private:

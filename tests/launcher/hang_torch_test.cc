@@ -1,5 +1,6 @@
 // A hung PyTorch worker, found by the heartbeats `import cohort` gives it, and its Python stack in
-// the failure summary (real PyTorch, each generation).
+// the failure summary; a worker whose elastic file timer expires, killed as torchrun 2.x kills it
+// (real PyTorch, each generation).
 #include <gtest/gtest.h>
 
 #include "launcher_fixture.h"
@@ -28,6 +29,28 @@ TEST_F(LauncherTest, AHungPyTorchWorkerIsFoundWithItsStack) {
   EXPECT_NE(summary.find("stuck_waiting_for_data"), std::string::npos) << summary;
   // Found within the timeout and a beat, after PyTorch's start-up (not after its 600 s sleep).
   EXPECT_LT(took, 60s);
+}
+
+TEST_F(LauncherTest, AWorkerWhoseFileTimerExpiresIsKilledAndNamedInTheSummary) {
+  COHORT_REQUIRE_TORCH();
+  const std::string fifo = dir_ + "/timer.fifo";
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run(
+      cohortrun({"--nproc-per-node", "2"}, {COHORT_SOURCE_DIR "/tests/interop/timer_worker.py"}),
+      {"TORCHELASTIC_ENABLE_FILE_TIMER=1", "TORCHELASTIC_TIMER_FILE=" + fifo}, 120s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(r.exit_code(), 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("rank 0: step done"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("rank 1: step done"), std::string::npos) << r.out;
+  const auto root = r.err.find("Root Cause");
+  ASSERT_NE(root, std::string::npos) << r.err;
+  const std::string summary = r.err.substr(root);
+  EXPECT_NE(summary.find("rank      : 1 (local_rank: 1)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("its file timer 'data_step' expired: killed by SIGKILL"),
+            std::string::npos)
+      << summary;
+  EXPECT_FALSE(std::filesystem::exists(fifo)) << "the FIFO outlived cohortrun";
+  EXPECT_LT(took, 60s);  // the deadline, not rank 1's 120 s sleep
 }
 
 }  // namespace

@@ -19,8 +19,9 @@ TEST_F(LauncherTest, WorkerEnvironmentMatchesTorchrun) {
   std::string torch_dir = dir_ + "/torchrun", ours_dir = dir_ + "/cohortrun";
   std::filesystem::create_directories(torch_dir);
   std::filesystem::create_directories(ours_dir);
-  auto t = run({"/usr/bin/torchrun", "--nproc_per_node", "2", "--no_python", "-r", "1", "-t", "1",
-                TEST_WORKER_BIN, "--out", torch_dir},
+  // This generation's own torchrun (1.13 or 2.x).
+  auto t = run({torch_bin_dir() + "/torchrun", "--nproc_per_node", "2", "--no_python", "-r", "1",
+                "-t", "1", TEST_WORKER_BIN, "--out", torch_dir},
                {}, 120s);
   ASSERT_EQ(t.exit_code(), 0) << t.err;
   auto c = run(cohortrun({"--nproc_per_node", "2", "--no_python", "-r", "1", "-t", "1"},
@@ -50,8 +51,18 @@ TEST_F(LauncherTest, WorkerEnvironmentMatchesTorchrun) {
     for (const auto& [k, v] : te) {
       if (k == "_" || (parent.contains(k) && parent[k] == v)) continue;  // inherited, or shell's
       ++compared;
+      // 1.13's spelling, deprecated in 2.x (which warns about it): cohortrun sets only
+      // TORCH_NCCL_ASYNC_ERROR_HANDLING, as torchrun 2.x does (docs/TORCHRUN.md §3.2).
+      if (k == "NCCL_ASYNC_ERROR_HANDLING" && torch_is_1x()) continue;
       ASSERT_TRUE(ce.contains(k)) << "cohortrun does not set " << k;
-      if (k == "MASTER_PORT") {
+      if (k == "MASTER_ADDR" && v == "localhost") {
+        // torchrun 2.x runs a single node without --master-port as --standalone (c10d on
+        // localhost:0); cohortrun names the address it listens on (docs/TORCHRUN.md §3.2).
+        EXPECT_EQ(ce[k], "127.0.0.1");
+      } else if (k == "TORCHELASTIC_RUN_ID" && !torch_is_1x()) {
+        // ... and gives that job a random uuid; cohortrun keeps static's "none".
+        EXPECT_EQ(ce[k], "none");
+      } else if (k == "MASTER_PORT") {
         EXPECT_TRUE(std::regex_match(ce[k], std::regex("[0-9]+")));
       } else if (k == "TORCHELASTIC_ERROR_FILE") {
         EXPECT_TRUE(std::regex_search(ce[k], std::regex("/none_[a-z0-9_]+/attempt_0/" +
@@ -66,7 +77,9 @@ TEST_F(LauncherTest, WorkerEnvironmentMatchesTorchrun) {
     EXPECT_GE(compared, 18) << "torchrun set fewer variables than expected";
     for (const auto& [k, v] : ce) {
       if (te.contains(k) || (parent.contains(k) && parent[k] == v)) continue;
-      EXPECT_TRUE(k.rfind("COHORT_", 0) == 0 || k == "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+      // 2.x's variables, which 1.13's torchrun does not set.
+      EXPECT_TRUE(k.rfind("COHORT_", 0) == 0 || k == "TORCH_NCCL_ASYNC_ERROR_HANDLING" ||
+                  k == "TORCHELASTIC_SIGNALS_TO_HANDLE")
           << "cohortrun adds " << k;
     }
   }
