@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+#include <atomic>
 
 #include <sstream>
 
@@ -98,6 +99,11 @@ ElasticJob::Setup make_setup(const ElasticJobSettings& s,
   client.auth_token = s.security.token;
   client.dialect = StoreDialect::kCurrent;
   client.tagged_writes = true;
+  // A torchrun agent's store or a plain PyTorch TCPStore server works too, with plain operations.
+  auto said = std::make_shared<std::atomic<bool>>(false);  // once per job, not per connection
+  client.on_foreign_server = [log, said](const std::string& why) {
+    if (!said->exchange(true)) log->warn("{}", why);
+  };
   if (etcd) {
 #ifndef COHORT_HAVE_ETCD
     throw UsageError(

@@ -16,6 +16,12 @@ namespace cohort {
 using detail::Clock;
 using detail::ConnectionLost;
 using detail::ReplyTimeout;
+
+// The server is one cohortrun cannot work with; connecting again would not help.
+class UnsupportedServer : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 using detail::TcpConnection;
 using rdzv::Op;
 using rdzv::Request;
@@ -90,6 +96,8 @@ TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
     throw StoreError("tagged writes need the current dialect", "", "");
   }
   client_id_ = random_u64();
+  tagging_ = options_.tagged_writes;
+  probe_ = options_.tagged_writes ? Probe::kTag : Probe::kNone;
   address_ = format_host_port(strip_brackets(options_.host), options_.port);
   std::lock_guard lock(mu_);
   reconnect_locked();
@@ -132,6 +140,8 @@ void TcpStore::reconnect_locked() {
       live_fd_ = conn_->conn.fd();
       return;
     }
+  } catch (const UnsupportedServer& e) {
+    throw StoreError(e.what(), "", address_);
   } catch (const std::exception& e) {
     throw StoreError("cannot connect to the store at " + address_ + " within " +
                          std::to_string(options_.connect_timeout.count()) + " ms: " + e.what() +
@@ -163,10 +173,47 @@ void TcpStore::handshake_locked(Connection& conn, Clock::time_point deadline) {
     b.op(Op::kValidate).u32(rdzv::kValidationMagic).into(&hello);
     uint32_t nonce = static_cast<uint32_t>(::getpid());
     b.op(Op::kPing).u32(nonce).into(&hello);
+    // What the server is, asked once: cohortd knows its tagged writes; of PyTorch's servers, the
+    // libuv one (2.4+'s default) knows QUEUE_LEN and the classic one closes at both.
+    const Probe probe = probe_;
+    if (probe == Probe::kTag) {
+      // Request 0 of this client: never one of its real writes (they count from 1).
+      rdzv::put_u8(&hello, rdzv::kTaggedOpcode);
+      rdzv::put_u64(&hello, client_id_);
+      rdzv::put_u64(&hello, 0);
+      b.op(Op::kDeleteKey).key("/cohort/tag-probe").into(&hello);
+    } else if (probe == Probe::kQueue) {
+      b.op(Op::kQueueLen).key("/cohort/queue-probe").into(&hello);
+    }
     conn.conn.send_all(hello, hs_deadline);
     if (conn.conn.read_u32(hs_deadline) != nonce) {
       throw std::runtime_error("the server answered PING with a different nonce");
     }
+    if (probe == Probe::kNone) return;
+    try {
+      conn.conn.read_i64(hs_deadline);
+    } catch (const ConnectionLost&) {
+      if (probe == Probe::kTag) {
+        // It answered PING, then closed at the tag: not cohortd. Connect again and ask more.
+        tagging_ = false;
+        probe_ = Probe::kQueue;
+        throw;
+      }
+      probe_ = Probe::kNone;
+      throw UnsupportedServer(
+          "the store at " + address_ +
+          " is PyTorch's classic TCPStore server (TORCH_TCPSTORE_USE_LIBUV=0, or a PyTorch "
+          "before 2.4): it does not wake waiters when COMPARE_SET creates a key, which "
+          "cohortrun's rendezvous needs; point --rdzv-endpoint at a cohortd, or at a libuv "
+          "TCPStore server (PyTorch 2.4+'s default)");
+    }
+    if (probe == Probe::kQueue && options_.on_foreign_server) {
+      options_.on_foreign_server(
+          "the store at " + address_ +
+          " is not cohortd but PyTorch's libuv TCPStore server (as a torchrun agent hosts); "
+          "going on with plain operations, so a write whose connection is lost is not retried");
+    }
+    probe_ = Probe::kNone;
   }
 }
 
@@ -232,7 +279,7 @@ std::string TcpStore::get(std::string_view key) {
 }
 
 std::string TcpStore::tag() {
-  if (!options_.tagged_writes) return {};
+  if (!tagging_) return {};
   std::lock_guard lock(mu_);
   std::string t;
   rdzv::put_u8(&t, rdzv::kTaggedOpcode);

@@ -106,6 +106,40 @@ TEST_F(LauncherTest, ProtectedStoreAdmitsPyTorchWorkersOnlyFromListedNetworks) {
   EXPECT_EQ(count_of(admitted.out, "allreduce ok"), 2u) << admitted.out;
 }
 
+// A torchrun agent's store (PyTorch's libuv TCPStore server) as the c10d endpoint: cohortrun finds
+// that it is not cohortd at its first connection, says so once and runs on plain operations.
+// PyTorch's classic server, whose COMPARE_SET wakes no waiter, is refused at once, by name.
+TEST_F(LauncherTest, AnElasticJobRunsOnPyTorchsLibuvStoreAndRefusesTheClassicOne) {
+  COHORT_REQUIRE_TORCH();
+  if (torch_is_1x()) {
+    GTEST_SKIP() << "1.13's server speaks the 1.13 dialect only; c10d agents speak the current one";
+  }
+  auto job = [&](const std::string& port) {
+    return run(cohortrun({"--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                          "--rdzv-endpoint", "127.0.0.1:" + port, "--rdzv-id", "on-torch"},
+                         {kInterop + "gloo_worker.py"}),
+               {}, 180s);
+  };
+  {
+    Subprocess server({torch_python(), kInterop + "torch_store_server.py", "libuv"});
+    auto port = server.read_line(60s);
+    ASSERT_TRUE(port) << "no port";
+    auto r = job(*port);
+    EXPECT_EQ(r.exit_code(), 0) << r.err;
+    EXPECT_EQ(count_of(r.out, "allreduce ok"), 2u) << r.out;
+    EXPECT_EQ(count_of(r.err, "is not cohortd but PyTorch's libuv TCPStore server"), 1u) << r.err;
+  }
+  Subprocess server({torch_python(), kInterop + "torch_store_server.py", "classic"});
+  auto port = server.read_line(60s);
+  ASSERT_TRUE(port) << "no port";
+  const auto start = std::chrono::steady_clock::now();
+  auto r = job(*port);
+  EXPECT_EQ(r.exit_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("is PyTorch's classic TCPStore server"), std::string::npos) << r.err;
+  EXPECT_EQ(count_of(r.out, "allreduce ok"), 0u) << r.out;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+}
+
 TEST_F(LauncherTest, TwoStaticNodesRunAGlooJob) {
   std::string port = std::to_string(free_port());
   auto node = [&](int rank) {

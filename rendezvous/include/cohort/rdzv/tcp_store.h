@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,8 +44,12 @@ struct TcpStoreOptions {
   std::string auth_token;
   // cohortd only (codec.h kTaggedOpcode): tag add/compare_set/append with a request id, so that
   // they too are retried after a lost connection or a restarted cohortd without running twice.
-  // Needs the current dialect; PyTorch's servers do not know the tag.
+  // Needs the current dialect. The first connection asks whether the server knows the tag (a
+  // tagged DELETE_KEY of a key nobody uses); PyTorch's servers close the connection at it. The
+  // libuv one (it answers QUEUE_LEN) is then used with plain operations, and on_foreign_server
+  // told why; the classic one, whose COMPARE_SET wakes no waiter, is refused (StoreError).
   bool tagged_writes = false;
+  std::function<void(const std::string& why)> on_foreign_server;
 };
 
 class TcpStore final : public Store {
@@ -75,6 +80,8 @@ class TcpStore final : public Store {
 
   // "host:port" of the server.
   const std::string& address() const { return address_; }
+  // False when tagged writes were asked for and the server turned out not to be cohortd.
+  bool tags_writes() const { return tagging_.load(); }
 
   // Shuts the connection down, so a blocked call fails at once; the next call reconnects.
   void interrupt() override;
@@ -105,7 +112,12 @@ class TcpStore final : public Store {
   std::mutex fd_mu_;                  // taken while conn_ changes and by interrupt()
   int live_fd_ = -1;                  // conn_'s socket, guarded by fd_mu_
   std::atomic<uint64_t> interrupts_{0};
-  uint64_t client_id_ = 0;     // random, for tagged writes
+  uint64_t client_id_ = 0;            // random, for tagged writes
+  std::atomic<bool> tagging_{false};  // options_.tagged_writes, until the server says no
+  // What the next handshake asks the server (guarded by mu_): whether it knows cohortd's tags,
+  // then, if not, whether it is PyTorch's libuv server; nothing once known.
+  enum class Probe { kTag, kQueue, kNone };
+  Probe probe_ = Probe::kTag;
   uint64_t next_request_ = 1;  // guarded by mu_
 };
 
