@@ -43,9 +43,10 @@ class StoreServer::Impl final : public SessionHost,
     if (ec) {
       throw Error("cannot listen on " + format_address(options_.host, options_.port) + ": " +
                   ec.message() +
-                  (ec == asio::error::address_in_use ? " (another process holds the port; pick "
-                                                       "another with --port, or 0 for a free one)"
-                                                     : ""));
+                  (ec == asio::error::address_in_use
+                       ? " (another process holds that port; choose another, or port 0 for a "
+                         "free one)"
+                       : ""));
     }
     port_ = acceptor_.local_endpoint().port();
     if (!options_.data_dir.empty()) {

@@ -146,7 +146,8 @@ void TcpStore::reconnect_locked() {
     throw StoreError("cannot connect to the store at " + address_ + " within " +
                          std::to_string(options_.connect_timeout.count()) + " ms: " + e.what() +
                          (options_.dialect == StoreDialect::kCurrent
-                              ? " (a PyTorch 1.13/2.0 server needs StoreDialect::kTorch113)"
+                              ? " (a PyTorch 1.13/2.0 server speaks only the 1.13 dialect; "
+                                "libcohort workers choose it with COHORT_STORE_DIALECT=torch113)"
                               : ""),
                      "", address_);
   }

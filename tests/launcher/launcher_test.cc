@@ -151,15 +151,24 @@ TEST_F(LauncherTest, SigtermReachesTheWorkersAndSetsTheExitStatus) {
 }
 
 TEST_F(LauncherTest, Usr1IsForwardedAndTheJobCarriesOn) {
-  Subprocess p(cohortrun({"--nproc-per-node", "2", "--signals-to-handle", "SIGTERM,SIGUSR1"},
-                         test_worker({"--trap-usr1", "--sleep", "2"})));
-  ASSERT_TRUE(wait_for(
-      [&] { return exists(worker_file(0, 0, "pid")) && exists(worker_file(1, 0, "pid")); }, 20s));
-  p.signal(SIGUSR1);
-  ASSERT_TRUE(wait_for([&] { return exists(dir_ + "/0.usr1") && exists(dir_ + "/1.usr1"); }, 10s));
-  auto st = p.wait(30s);
-  ASSERT_TRUE(st);
-  EXPECT_EQ(WEXITSTATUS(*st), 0) << p.read_all_stderr(1s);
+  // Without any flag (outside --slurm too), and even when --signals-to-handle names it.
+  for (std::vector<std::string> flags :
+       {std::vector<std::string>{},
+        std::vector<std::string>{"--signals-to-handle", "SIGTERM,SIGUSR1"}}) {
+    for (const char* f : {"/0.usr1", "/1.usr1"}) std::filesystem::remove(dir_ + f);
+    for (int r : {0, 1}) std::filesystem::remove(worker_file(r, 0, "pid"));
+    flags.insert(flags.begin(), {"--nproc-per-node", "2"});
+    Subprocess p(cohortrun(flags, test_worker({"--trap-usr1", "--sleep", "2"})));
+    ASSERT_TRUE(wait_for(
+        [&] { return exists(worker_file(0, 0, "pid")) && exists(worker_file(1, 0, "pid")); }, 20s));
+    p.signal(SIGUSR1);
+    ASSERT_TRUE(
+        wait_for([&] { return exists(dir_ + "/0.usr1") && exists(dir_ + "/1.usr1"); }, 10s));
+    auto st = p.wait(30s);
+    ASSERT_TRUE(st);
+    EXPECT_TRUE(WIFEXITED(*st)) << "killed by signal " << WTERMSIG(*st);
+    EXPECT_EQ(WEXITSTATUS(*st), 0) << p.read_all_stderr(1s);
+  }
 }
 
 TEST_F(LauncherTest, SigkilledCohortrunLeavesNoWorkerBehind) {

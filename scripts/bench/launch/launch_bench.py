@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""launch_bench: cohortrun against torchrun (PyTorch 1.13, default monitor interval), same workers,
-same run. Prints a table and one JSON line.
+"""launch_bench: cohortrun against torchrun at its defaults (PyTorch 1.13's, or the one --torchrun
+names, e.g. ~/.cache/cohort/torch-2.15.0/bin/torchrun), same workers, same run. Prints a table and
+one JSON line.
 
   1. launch + rendezvous + teardown of `--no-python /bin/true` with 1, 2 and 8 workers;
   2. crash-to-restarted: rank 0 exits 1 on attempt 0 (the others sleep); time from its exit to the
@@ -23,12 +24,15 @@ def now_ns():
     return time.clock_gettime_ns(time.CLOCK_REALTIME)
 
 
+TORCHRUN = "/usr/bin/torchrun"
+
+
 def launcher_cmd(kind, cohortrun, nproc, extra, program):
     if kind == "cohortrun":
         return [cohortrun, "--nproc-per-node", str(nproc), *extra, "--no-python", *program]
     # torchrun 1.13 on Python 3.11 needs explicit -r/-t values (research notes §3.1).
     underscored = ["--" + e[2:].replace("-", "_") if e.startswith("--") else e for e in extra]
-    return ["/usr/bin/torchrun", "--nproc_per_node", str(nproc), *underscored,
+    return [TORCHRUN, "--nproc_per_node", str(nproc), *underscored,
             "--no_python", "-r", "1", "-t", "1", *program]
 
 
@@ -80,7 +84,15 @@ def main():
     ap.add_argument("--torch-reps", type=int, default=2, help="repetitions for torchrun (median)")
     ap.add_argument("--workers", default="1,2,8")
     ap.add_argument("--no-torchrun", action="store_true")
+    ap.add_argument("--torchrun", default=TORCHRUN, help="the torchrun to compare with")
     args = ap.parse_args()
+    global TORCHRUN
+    TORCHRUN = args.torchrun
+    torch_version = subprocess.run(
+        [os.path.join(os.path.dirname(os.path.realpath(TORCHRUN)), "python3"), "-c",
+         "import torch; print(torch.__version__)"] if not TORCHRUN.startswith("/usr/bin") else
+        ["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
+        capture_output=True, text=True).stdout.strip()
     bindir = os.path.join(os.path.abspath(args.build), "bin")
     cohortrun = os.path.join(bindir, "cohortrun")
     worker = os.path.join(bindir, "launch_bench_worker")
@@ -110,7 +122,7 @@ def main():
         if ratio:
             results[f"{key}_speedup"] = ratio
         print(f"{label:42} {fmt(c):>12} {fmt(t) if t else '-':>12} {f'{ratio:8.0f}x' if ratio else '-':>9}")
-    print(json.dumps({"bench": "launch", "cpus": os.cpu_count(), **results}))
+    print(json.dumps({"bench": "launch", "cpus": os.cpu_count(), "torch": torch_version, **results}))
 
 
 if __name__ == "__main__":

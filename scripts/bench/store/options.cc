@@ -101,7 +101,10 @@ int parse_options(int argc, char** argv, BenchOptions* out) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--cohortd", out->cohortd, "cohortd binary (default: next to store_bench)");
-  app.add_option("--python", out->python, "Python that imports torch 1.13")->capture_default_str();
+  app.add_option("--python", out->python,
+                 "Python whose torch serves the PyTorch side (1.13: legacy dialect; 2.x: its "
+                 "libuv server, with --dialect current)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
     out->clients = parse_counts(clients, "--clients");
@@ -130,10 +133,13 @@ int parse_options(int argc, char** argv, BenchOptions* out) {
     out->dialect = parse_dialect(dialect);
     bool has_pytorch =
         std::find(out->servers.begin(), out->servers.end(), "pytorch") != out->servers.end();
-    if (out->dialect == rdzv::Dialect::kCurrent && has_pytorch) {
+    if (out->dialect == rdzv::Dialect::kCurrent && has_pytorch &&
+        out->python == COHORT_TORCH_PYTHON) {
       // A 1.13 server reads VALIDATE as a SET with a ~1 GB key and stalls every client.
-      throw CLI::ValidationError(
-          "--dialect", "PyTorch 1.13 speaks only the legacy dialect; use --servers cohortd");
+      throw CLI::ValidationError("--dialect",
+                                 "the default --python is PyTorch 1.13, which speaks only the "
+                                 "legacy dialect; give --python a PyTorch 2.x (its libuv "
+                                 "server), or use --servers cohortd");
     }
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help prints and succeeds; anything else is a usage error
