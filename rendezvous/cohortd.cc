@@ -50,6 +50,9 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
                  "With --data-dir: always (every write), interval (every 100 ms) or never; a "
                  "killed cohortd loses nothing either way, a crashed machine at most the interval")
       ->capture_default_str();
+  app.add_flag("--accept-log-damage", s.accept_log_damage,
+               "With --data-dir: when store.log is damaged before its last record, keep what "
+               "precedes the damage (the file is first copied aside) instead of refusing to start");
   double request_timeout_s = s.request_timeout.count() / 1000.0;
   app.add_option("--request-timeout", request_timeout_s,
                  "Seconds a client may take to finish a request it has begun (0: no limit)")

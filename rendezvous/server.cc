@@ -50,11 +50,26 @@ class StoreServer::Impl final : public SessionHost,
     }
     port_ = acceptor_.local_endpoint().port();
     if (!options_.data_dir.empty()) {
-      journal_ = std::make_unique<StoreLog>(options_.data_dir, &state_, options_.fsync);
+      journal_ = std::make_unique<StoreLog>(options_.data_dir, &state_, options_.fsync,
+                                            options_.accept_log_damage);
       stats_.replayed_records = journal_->replayed_records();
-      log_->info("data dir {}: {} keys restored from {} log records{}", options_.data_dir,
-                 state_.num_keys(), journal_->replayed_records(),
-                 journal_->dropped_torn_tail() ? " (a torn last record was dropped)" : "");
+      log_->info("data dir {}: {} keys restored from {} log records (queues are not persisted)",
+                 options_.data_dir, state_.num_keys(), journal_->replayed_records());
+      if (!journal_->damaged_copy().empty()) {
+        log_->warn(
+            "data dir {}: --accept-log-damage: {} bytes from the damage on were dropped; "
+            "the damaged log was copied to {}",
+            options_.data_dir, journal_->dropped_bytes(), journal_->damaged_copy());
+      } else if (journal_->dropped_torn_tail()) {
+        log_->warn("data dir {}: a torn last record ({} bytes, a write cut short) was dropped",
+                   options_.data_dir, journal_->dropped_bytes());
+      }
+      if (journal_->was_empty()) {
+        log_->warn(
+            "data dir {}: store.log was empty (not even its header): starting with an "
+            "empty store",
+            options_.data_dir);
+      }
     }
   }
 

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <stdexcept>
 
@@ -49,6 +50,23 @@ std::string frame(const std::string& payload) {
   return out;
 }
 
+// True when a whole, CRC-valid record starts at some offset from `from` on: the damage before it is
+// then in the middle of the log, which a torn last write cannot explain. Bounded: after
+// checksumming kScanBudget bytes it gives up and answers true (damage), the safe side.
+bool valid_record_after(const std::string& data, size_t from) {
+  constexpr uint64_t kScanBudget = 256ull << 20;
+  uint64_t spent = 0;
+  for (size_t p = from; p + 8 < data.size(); ++p) {
+    uint32_t len, sum;
+    std::memcpy(&len, data.data() + p, 4);
+    std::memcpy(&sum, data.data() + p + 4, 4);
+    if (len == 0 || len > data.size() - p - 8) continue;
+    if ((spent += len) > kScanBudget) return true;
+    if (crc(std::string_view(data.data() + p + 8, len)) == sum) return true;
+  }
+  return false;
+}
+
 std::string header() {
   std::string h(kMagic, sizeof(kMagic));
   put_u32(&h, kVersion);
@@ -72,8 +90,13 @@ FsyncPolicy parse_fsync_policy(const std::string& text) {
   throw std::invalid_argument("--fsync must be always, interval or never (got '" + text + "')");
 }
 
-StoreLog::StoreLog(const std::string& dir, StoreState* state, FsyncPolicy policy)
-    : dir_(dir), path_(dir + "/store.log"), state_(state), policy_(policy) {
+StoreLog::StoreLog(const std::string& dir, StoreState* state, FsyncPolicy policy,
+                   bool accept_damage)
+    : dir_(dir),
+      path_(dir + "/store.log"),
+      state_(state),
+      policy_(policy),
+      accept_damage_(accept_damage) {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) throw Error("cannot create --data-dir " + dir_ + ": " + ec.message());
@@ -97,6 +120,33 @@ StoreLog::~StoreLog() {
   }
 }
 
+bool StoreLog::apply_batch(std::string_view payload) {
+  WireReader e(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()));
+  while (e.left() > 0) {
+    uint8_t type;
+    std::string_view key, value;
+    bool too_long = false;
+    if (!e.u8(&type)) return false;
+    if (type == kSet) {
+      if (!e.bytes(&key, UINT64_MAX, &too_long) || !e.bytes(&value, UINT64_MAX, &too_long))
+        return false;
+      state_->restore(std::string(key), std::string(value));
+    } else if (type == kDelete) {
+      if (!e.bytes(&key, UINT64_MAX, &too_long)) return false;
+      state_->restore_delete(key);
+    } else if (type == kReply) {
+      uint64_t client, request;
+      if (!e.u64(&client) || !e.u64(&request) || !e.bytes(&value, UINT64_MAX, &too_long))
+        return false;
+      state_->remember_reply(client, request, std::string(value));
+    } else {
+      return false;  // CRC-valid but malformed: treated as damage
+    }
+  }
+  return true;
+}
+
 void StoreLog::replay() {
   int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -116,7 +166,10 @@ void StoreLog::replay() {
     data.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
-  if (data.empty()) return;
+  if (data.empty()) {
+    empty_file_ = true;
+    return;
+  }
   if (data.size() < kHeader || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
     throw Error("store log " + path_ +
                 " is not a cohortd log (bad magic); move it away to start "
@@ -129,51 +182,41 @@ void StoreLog::replay() {
                 ", this cohortd reads version " + std::to_string(kVersion));
   }
   size_t pos = kHeader;
+  bool damaged = false;
   while (pos < data.size()) {
     WireReader r(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()) + pos,
                                           data.size() - pos));
     uint32_t len, sum;
     if (!r.u32(&len) || !r.u32(&sum) || r.left() < len) {
-      torn_tail_ = true;
+      damaged = true;
       break;
     }
     std::string_view payload(data.data() + pos + 8, len);
-    if (crc(payload) != sum) {
-      torn_tail_ = true;
-      break;
-    }
-    // Apply the batch's entries.
-    WireReader e(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload.data()), len));
-    bool ok = true;
-    while (e.left() > 0 && ok) {
-      uint8_t type;
-      std::string_view key, value;
-      bool too_long = false;
-      ok = e.u8(&type);
-      if (!ok) break;
-      if (type == kSet) {
-        ok = e.bytes(&key, UINT64_MAX, &too_long) && e.bytes(&value, UINT64_MAX, &too_long);
-        if (ok) state_->restore(std::string(key), std::string(value));
-      } else if (type == kDelete) {
-        ok = e.bytes(&key, UINT64_MAX, &too_long);
-        if (ok) state_->restore_delete(key);
-      } else if (type == kReply) {
-        uint64_t client, request;
-        ok = e.u64(&client) && e.u64(&request) && e.bytes(&value, UINT64_MAX, &too_long);
-        if (ok) state_->remember_reply(client, request, std::string(value));
-      } else {
-        ok = false;
-      }
-    }
-    if (!ok) {
-      torn_tail_ = true;  // a CRC-valid but malformed batch: stop as for a torn tail
+    if (crc(payload) != sum || !apply_batch(payload)) {
+      damaged = true;
       break;
     }
     ++replayed_;
     pos += 8 + len;
   }
-  if (torn_tail_) {
-    // Cut the torn tail off, so appends continue from the last good record.
+  if (damaged) {
+    if (valid_record_after(data, pos + 1)) {
+      if (!accept_damage_) {
+        throw Error("store log " + path_ + " is damaged at offset " + std::to_string(pos) + " of " +
+                    std::to_string(data.size()) + " bytes (after record " +
+                    std::to_string(replayed_) +
+                    "), and valid records follow: not a torn last write. cohortd left the file "
+                    "as it is. Restore it from a copy, or start with --accept-log-damage to "
+                    "keep what precedes the damage (the file is first copied aside)");
+      }
+      damaged_copy_ = path_ + ".damaged-" + std::to_string(::time(nullptr));
+      std::error_code ec;
+      std::filesystem::copy_file(path_, damaged_copy_, ec);
+      if (ec) throw Error("cannot copy the damaged " + path_ + " aside: " + ec.message());
+    }
+    // Cut the damage off, so appends continue from the last good record.
+    torn_tail_ = true;
+    dropped_bytes_ = data.size() - pos;
     if (::truncate(path_.c_str(), static_cast<off_t>(pos)) != 0)
       throw io_error("cannot truncate", path_);
   }

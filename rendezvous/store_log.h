@@ -4,7 +4,10 @@
 // File <dir>/store.log: "COHORTLG" + u32 version, then records, each u32 length + u32 CRC-32 +
 // payload. A payload is a batch of entries (all or nothing): SET key value, DELETE key, or REPLY
 // client request bytes (the cached reply of a tagged write, so that a retry after a restart is not
-// run twice). A record cut short by a crash, or failing its CRC, ends the replay (with a warning).
+// run twice). A damaged last record (cut short by a crash, or failing its CRC) is dropped, with a
+// warning. Damage with valid records after it is no torn write: the log refuses to open and
+// leaves the file untouched, unless the operator accepts the loss (the file is copied aside
+// first, then cut at the damage). Queues (QUEUE_PUSH) are not persisted.
 //
 // Durability: every batch is written with write(2) before its reply goes out, so a cohortd killed
 // by any signal loses nothing it acknowledged. fsync(2) follows the policy: kAlways (each batch),
@@ -26,13 +29,20 @@ namespace cohort::rdzv {
 class StoreLog final : public StoreState::Journal {
  public:
   // Opens (creating) the log in `dir`, replays it into `state` and attaches itself as the
-  // state's journal. Throws cohort::Error naming the file on I/O errors or a bad header.
-  StoreLog(const std::string& dir, StoreState* state, FsyncPolicy policy);
+  // state's journal. Throws cohort::Error naming the file on I/O errors, a bad header, or damage
+  // before the last record unless `accept_damage`.
+  StoreLog(const std::string& dir, StoreState* state, FsyncPolicy policy,
+           bool accept_damage = false);
   ~StoreLog() override;
 
   // Replay figures, for the start-up log line.
   size_t replayed_records() const { return replayed_; }
   bool dropped_torn_tail() const { return torn_tail_; }
+  uint64_t dropped_bytes() const { return dropped_bytes_; }
+  // Where the damaged log was copied before it was cut ("" when it was not).
+  const std::string& damaged_copy() const { return damaged_copy_; }
+  // The file existed and was empty (a crash at its creation, or truncated by hand).
+  bool was_empty() const { return empty_file_; }
 
   // Writes a snapshot and replaces the log with it when the log has grown to more than
   // `factor` times the snapshot's size (plus 1 MiB). Returns true when it compacted.
@@ -48,6 +58,8 @@ class StoreLog final : public StoreState::Journal {
 
  private:
   void replay();
+  // Applies one batch's entries; false when it is malformed.
+  bool apply_batch(std::string_view payload);
   void append_record(const std::string& payload);
   std::string snapshot() const;
 
@@ -60,7 +72,11 @@ class StoreLog final : public StoreState::Journal {
   int batch_depth_ = 0;
   std::string batch_;
   size_t replayed_ = 0;
+  bool accept_damage_ = false;
   bool torn_tail_ = false;
+  bool empty_file_ = false;
+  uint64_t dropped_bytes_ = 0;
+  std::string damaged_copy_;
 };
 
 }  // namespace cohort::rdzv

@@ -48,6 +48,8 @@ struct StoreServerOptions {
   std::string data_dir;
   FsyncPolicy fsync = FsyncPolicy::kInterval;
   std::chrono::milliseconds fsync_interval{100};
+  // Damage in the middle of store.log: cut it off (after a copy) instead of refusing to start.
+  bool accept_log_damage = false;
 };
 
 struct StoreServerStats {
