@@ -13,6 +13,8 @@ std::unique_ptr<rdzv::StoreServerThread> host_store(const std::string& host, int
   so.port = static_cast<uint16_t>(port);
   so.auth_token = security.token;
   so.allow_unauthenticated = auth::parse_cidrs(security.allow_from_cidrs);
+  // This job's own store: every rank of a big node may connect from one address.
+  so.max_connections_per_address = 0;
   return std::make_unique<rdzv::StoreServerThread>(so);
 }
 
@@ -20,12 +22,12 @@ void check_reachable(const std::string& host, int port, const std::string& flag)
   Reachability r = probe_tcp(host, port, std::chrono::seconds(3));
   if (r.kind != Reachability::kUnreachable && r.kind != Reachability::kNoName) return;
   const std::string where = format_host_port(host, port);
-  throw StoreError("cannot reach the store at " + where +
-                       (r.address.empty() || r.address == strip_brackets(host)
-                            ? std::string()
-                            : " (" + r.address + ")") +
-                       ": " + r.detail + "; check " + flag + " and the route to that address",
-                   "", where);
+  throw StoreError(
+      "cannot reach the store at " + where +
+          (r.address.empty() || r.address == strip_brackets(host) ? std::string()
+                                                                  : " (" + r.address + ")") +
+          ": " + r.detail + "; check " + flag + " and the route to that address",
+      "", where);
 }
 
 std::string listen_address_for(const std::string& addr) {

@@ -50,6 +50,16 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
                  "With --data-dir: always (every write), interval (every 100 ms) or never; a "
                  "killed cohortd loses nothing either way, a crashed machine at most the interval")
       ->capture_default_str();
+  app.add_option("--max-connections-per-address", s.max_connections_per_address,
+                 "Open connections one client address may hold; more are closed at accept (0: no "
+                 "limit)")
+      ->capture_default_str();
+  double handshake_timeout_s = s.handshake_timeout.count() / 1000.0;
+  app.add_option("--handshake-timeout", handshake_timeout_s,
+                 "With --auth-token-file: seconds a connection has to complete the token "
+                 "handshake (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--accept-log-damage", s.accept_log_damage,
                "With --data-dir: when store.log is damaged before its last record, keep what "
                "precedes the damage (the file is first copied aside) instead of refusing to start");
@@ -64,6 +74,7 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
     return app.exit(e);
   }
   s.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000));
+  s.handshake_timeout = std::chrono::milliseconds(static_cast<int64_t>(handshake_timeout_s * 1000));
   try {
     s.fsync = parse_fsync_policy(fsync);
     if (!token_file.empty()) s.auth_token = auth::read_token_file(token_file);

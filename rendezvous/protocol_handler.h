@@ -52,6 +52,8 @@ class ProtocolHandler {
   bool has_input() const { return begin_ < end_; }
   size_t buffered_input() const { return end_ - begin_; }
   const std::string& close_reason() const { return close_reason_; }
+  // True once the token handshake is done, or when none was needed.
+  bool authenticated() const { return auth_state_ == AuthState::kDone && !liveness_only_; }
   // True when the connection was closed for lack of (valid) authentication.
   bool refused_unauthenticated() const { return refused_unauthenticated_; }
 

@@ -108,7 +108,12 @@ class StoreServer::Impl final : public SessionHost,
   spdlog::logger& log() override { return *log_; }
   void on_session_closed(SessionId id, bool for_limit, bool unauthenticated) override {
     state_.drop_session(id);
-    sessions_.erase(id);
+    auto it = sessions_.find(id);
+    if (it != sessions_.end()) {
+      auto count = per_address_.find(it->second->address());
+      if (count != per_address_.end() && --count->second == 0) per_address_.erase(count);
+      sessions_.erase(it);
+    }
     if (unauthenticated) {
       ++stats_.refused_unauthenticated;
     } else if (for_limit) {
@@ -209,13 +214,29 @@ class StoreServer::Impl final : public SessionHost,
       peer_addr = ep.address().to_string();
       peer = peer_addr + ":" + std::to_string(ep.port());
     }
+    const size_t per_address_limit = options_.max_connections_per_address;
+    if (per_address_limit > 0 && per_address_[peer_addr] >= per_address_limit) {
+      ++stats_.refused;
+      auto now = std::chrono::steady_clock::now();
+      if (now - last_refusal_log_ > std::chrono::seconds(1)) {
+        log_->warn(
+            "refusing connections from {}: it holds {} (--max-connections-per-address); "
+            "{} refused so far",
+            peer_addr, per_address_[peer_addr], stats_.refused);
+        last_refusal_log_ = now;
+      }
+      socket.close(ignored);
+      do_accept();
+      return;
+    }
     bool must_authenticate = !options_.auth_token.empty();
     for (const auto& net : options_.allow_unauthenticated)
       if (must_authenticate && net.contains(peer_addr)) must_authenticate = false;
     SessionId id = next_id_++;
-    auto session = std::make_shared<Session>(*this, std::move(socket), id,
-                                             peer.empty() ? "?" : peer, must_authenticate);
+    auto session = std::make_shared<Session>(
+        *this, std::move(socket), id, peer.empty() ? "?" : peer, peer_addr, must_authenticate);
     sessions_.emplace(id, session);
+    ++per_address_[peer_addr];
     session->start();
     do_accept();
   }
@@ -233,6 +254,7 @@ class StoreServer::Impl final : public SessionHost,
   bool stopped_ = false;
   SessionId next_id_ = 1;
   std::unordered_map<SessionId, std::shared_ptr<Session>> sessions_;
+  std::unordered_map<std::string, size_t> per_address_;  // open sessions by client address
   StoreServerStats stats_;
   std::chrono::steady_clock::time_point last_refusal_log_{};
 };

@@ -8,15 +8,27 @@
 namespace cohort::rdzv {
 
 Session::Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, std::string peer,
-                 bool must_authenticate)
+                 std::string address, bool must_authenticate)
     : host_(host),
       socket_(std::move(socket)),
       partial_timer_(socket_.get_executor()),
+      handshake_timer_(socket_.get_executor()),
       id_(id),
       peer_(std::move(peer)),
+      address_(std::move(address)),
       handler_(host.state(), host.options(), id, must_authenticate) {}
 
 void Session::start() {
+  const auto limit = host_.options().handshake_timeout;
+  if (!handler_.authenticated() && limit.count() > 0) {
+    handshake_timer_.expires_after(limit);
+    handshake_timer_.async_wait([self = shared_from_this(), limit](std::error_code ec) {
+      if (ec || self->closed_ || self->handler_.authenticated()) return;
+      self->close("token handshake not completed within --handshake-timeout (" +
+                      std::to_string(limit.count()) + " ms)",
+                  true, /*unauthenticated=*/true);
+    });
+  }
   do_read();
 }
 
@@ -24,6 +36,7 @@ void Session::stop() {
   if (closed_) return;
   closed_ = true;
   partial_timer_.cancel();
+  handshake_timer_.cancel();
   std::error_code ignored;
   socket_.close(ignored);
 }
@@ -133,15 +146,16 @@ void Session::flush() {
                     });
 }
 
-void Session::close(const std::string& reason, bool for_limit) {
+void Session::close(const std::string& reason, bool for_limit, bool unauthenticated) {
   if (closed_) return;
   if (!reason.empty()) host_.log().warn("closing connection from {}: {}", peer_, reason);
   closed_ = true;
   partial_timer_.cancel();
+  handshake_timer_.cancel();
   std::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
-  host_.on_session_closed(id_, for_limit, handler_.refused_unauthenticated());
+  host_.on_session_closed(id_, for_limit, unauthenticated || handler_.refused_unauthenticated());
 }
 
 }  // namespace cohort::rdzv

@@ -37,7 +37,10 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   // `host` must outlive every session.
   Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, std::string peer,
-          bool must_authenticate);
+          std::string address, bool must_authenticate);
+
+  // The client's address, without the port ("" when unknown).
+  const std::string& address() const { return address_; }
 
   void start();
   // Closes the connection without a log line (server shutdown).
@@ -52,7 +55,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_read(std::error_code ec, size_t n);
   void process();
   void flush();
-  void close(const std::string& reason, bool for_limit);
+  void close(const std::string& reason, bool for_limit, bool unauthenticated = false);
   bool backlogged() const;
   // Arms the --request-timeout timer while half a request is buffered, disarms it otherwise.
   void watch_partial_request();
@@ -60,9 +63,11 @@ class Session : public std::enable_shared_from_this<Session> {
   SessionHost& host_;
   asio::ip::tcp::socket socket_;
   asio::steady_timer partial_timer_;
+  asio::steady_timer handshake_timer_;
   bool partial_armed_ = false;
   const SessionId id_;
   const std::string peer_;
+  const std::string address_;
   ProtocolHandler handler_;
   std::string writing_;  // the buffer of the write in flight
   bool write_in_flight_ = false;

@@ -8,9 +8,11 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
+#include "cohort/rdzv/auth.h"
 #include "cohort/rdzv/cohortd.h"
 #include "hex.h"
 #include "raw_client.h"
@@ -329,13 +331,49 @@ TEST(StoreServer, FloodBeyondMaxConnectionsSparesEstablishedClients) {
   }
 }
 
+TEST(StoreServer, OneAddressCannotHoldMoreThanItsShare) {
+  StoreServerOptions o = local();
+  o.max_connections_per_address = 4;
+  StoreServerThread server(o);
+  std::vector<std::unique_ptr<RawClient>> held;
+  for (int i = 0; i < 4; ++i) held.push_back(std::make_unique<RawClient>(server.port()));
+  ASSERT_TRUE(eventually([&] { return server.stats().connections == 4; }));
+  RawClient over(server.port());
+  EXPECT_TRUE(over.closed_by_peer());
+  EXPECT_EQ(server.stats().refused, 1u);
+  held.pop_back();  // one goes: its slot is free again
+  ASSERT_TRUE(eventually([&] { return server.stats().connections == 3; }));
+  RawClient again(server.port());
+  again.send(unhex("06"));  // GETNUMKEYS, 1.13 dialect
+  EXPECT_TRUE(again.read(8));
+}
+
+TEST(StoreServer, AHandshakeNeverFinishedIsClosedAtItsTimeout) {
+  StoreServerOptions o = local();
+  o.auth_token = "s3cret-token";
+  o.handshake_timeout = 300ms;
+  StoreServerThread server(o);
+  const auto start = std::chrono::steady_clock::now();
+  RawClient silent(server.port());  // sends nothing
+  RawClient half(server.port());
+  half.send(unhex("41"));  // HELLO, then never the proof
+  ASSERT_TRUE(half.read(auth::kChallengeBytes));
+  EXPECT_TRUE(silent.closed_by_peer());
+  EXPECT_TRUE(half.closed_by_peer());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
+  EXPECT_TRUE(eventually([&] { return server.stats().refused_unauthenticated == 2; }));
+  EXPECT_TRUE(eventually([&] { return server.stats().connections == 0; }));
+}
+
 TEST(StoreServer, FiveThousandSimultaneousClients) {
   raise_fd_limit();
   rlimit rl{};
   getrlimit(RLIMIT_NOFILE, &rl);
   constexpr int kClients = 5000;
   if (rl.rlim_cur < 2 * kClients + 100) GTEST_SKIP() << "descriptor limit " << rl.rlim_cur;
-  StoreServerThread server(local());
+  StoreServerOptions o = local();
+  o.max_connections_per_address = 0;  // all 5,000 come from 127.0.0.1
+  StoreServerThread server(o);
   std::vector<RawClient> clients;
   clients.reserve(kClients);
   for (int i = 0; i < kClients; ++i) {

@@ -110,7 +110,10 @@ std::unique_ptr<ServerProcess> ServerProcess::start_cohortd(const std::string& c
     throw Error("cohortd not found at " + cohortd_path + " (build it, or pass --cohortd)");
   }
   Fd in, out;
-  pid_t pid = spawn({cohortd_path, "--host", "127.0.0.1", "--port", "0"}, cpu, &in, &out);
+  // The storms connect every rank from 127.0.0.1.
+  pid_t pid = spawn(
+      {cohortd_path, "--host", "127.0.0.1", "--port", "0", "--max-connections-per-address", "0"},
+      cpu, &in, &out);
   auto p = std::make_unique<ServerProcess>(Key(), "cohortd", pid, std::move(in), std::move(out));
   p->read_banner(timeout);
   return p;

@@ -35,7 +35,10 @@ struct StoreServerOptions {
   Limits limits;                              // per request: key bytes, value bytes, keys
   uint64_t max_request_bytes = 256ull << 20;  // one whole request (MULTI_SET can be large)
   size_t max_connections = 100000;            // further connections are accepted and closed at once
-  size_t max_waiters = 1000000;               // parked WAITs; one more closes that connection
+  // Open connections from one client address; more are closed at accept (0: no limit). Bounds
+  // what one host can hold, descriptors included, however its connections behave.
+  size_t max_connections_per_address = 4096;
+  size_t max_waiters = 1000000;  // parked WAITs; one more closes that connection
   // A request begun but not completed within this time closes its connection (a slow client
   // cannot hold a connection slot with half a request). Idle connections are fine. 0: no limit.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
@@ -43,6 +46,10 @@ struct StoreServerOptions {
   // except those from `allow_unauthenticated` networks (PyTorch's clients cannot authenticate).
   std::string auth_token;
   std::vector<auth::Cidr> allow_unauthenticated;
+  // A connection that must authenticate and has not within this time is closed (0: no limit).
+  // Connections with nothing to do are kept otherwise: PyTorch's clients hold theirs idle for a
+  // whole job and do not reconnect.
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
   // Persistence: keys, counters and tagged replies survive a restart with the same directory.
   // Empty: in memory only.
   std::string data_dir;
@@ -53,9 +60,9 @@ struct StoreServerOptions {
 };
 
 struct StoreServerStats {
-  size_t connections = 0;                // open now
-  uint64_t accepted = 0;                 // since start
-  uint64_t refused = 0;                  // closed at accept because of max_connections
+  size_t connections = 0;  // open now
+  uint64_t accepted = 0;   // since start
+  uint64_t refused = 0;    // closed at accept: max_connections or max_connections_per_address
   uint64_t closed_for_limit = 0;         // a limit, a malformed request, or --request-timeout
   uint64_t refused_unauthenticated = 0;  // no token, or a wrong one
   size_t replayed_records = 0;           // from the data directory at start-up
