@@ -1,4 +1,5 @@
 #include "error_file.h"
+#include "cohort/error.h"
 #include "json_text.h"
 
 #include <unistd.h>
@@ -53,7 +54,7 @@ ErrorFileContent parse_error_file(const std::string& text) {
       c.message = m.get<std::string>();
       if (j.contains("timestamp")) c.timestamp = to_seconds(j["timestamp"]);
     } else {
-      throw std::runtime_error("'message' is neither a string nor an object");
+      throw ProtocolError("'message' is neither a string nor an object");
     }
   } catch (const std::exception& e) {
     c.message = "unreadable error file (" + std::string(e.what()) + ")";

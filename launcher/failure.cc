@@ -148,7 +148,7 @@ Outcome outcome_from_json(const std::string& text) {
     else if (kind == "rescale")
       o.kind = Outcome::kRescale;
     else
-      throw std::runtime_error("unknown kind '" + kind + "'");
+      throw ProtocolError("unknown kind '" + kind + "'");
     o.node_rank = j.value("node_rank", 0);
     o.restarts = j.value("restarts", 0);
     o.detail = j.value("detail", "");

@@ -9,11 +9,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
-#include <system_error>
 #include <vector>
 
 #include "cohort/base/random.h"
+#include "cohort/error.h"
 
 namespace cohort::launch {
 namespace {
@@ -64,9 +65,10 @@ FileTimerServer::FileTimerServer(asio::io_context& io, std::string path,
       check_timer_(io) {
   ::unlink(path_.c_str());  // as torchrun: a stale FIFO of an earlier run is replaced
   if (::mkfifo(path_.c_str(), 0600) != 0) {
-    throw std::system_error(
-        errno, std::generic_category(),
-        "cannot create the file-timer FIFO " + path_ + " (TORCHELASTIC_TIMER_FILE)");
+    const int err = errno;
+    throw IoError("cannot create the file-timer FIFO " + path_ +
+                      " (TORCHELASTIC_TIMER_FILE): " + std::strerror(err),
+                  err);
   }
   int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd >= 0) keep_open_fd_ = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
@@ -74,8 +76,7 @@ FileTimerServer::FileTimerServer(asio::io_context& io, std::string path,
     int err = errno;
     if (fd >= 0) ::close(fd);
     ::unlink(path_.c_str());
-    throw std::system_error(err, std::generic_category(),
-                            "cannot open the file-timer FIFO " + path_);
+    throw IoError("cannot open the file-timer FIFO " + path_ + ": " + std::strerror(err), err);
   }
   fifo_.assign(fd);
   read_more();

@@ -38,7 +38,7 @@ class FileTimerServer {
   using OnExpired = std::function<void(pid_t pid, const std::string& scope, int signal)>;
 
   // Creates the FIFO at `path`; `log` takes the lines about requests it cannot read. Throws
-  // std::system_error naming the path when it cannot.
+  // IoError naming the path when it cannot.
   FileTimerServer(asio::io_context& io, std::string path, std::shared_ptr<spdlog::logger> log,
                   OnExpired on_expired);
   ~FileTimerServer();

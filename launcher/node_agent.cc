@@ -167,7 +167,7 @@ void NodeAgent::start_file_timer() {
                 scope, pid);
           }
         });
-  } catch (const std::system_error& e) {
+  } catch (const IoError& e) {
     throw UsageError(std::string(e.what()) +
                      "; set TORCHELASTIC_TIMER_FILE to a path in a writable folder, or unset "
                      "TORCHELASTIC_ENABLE_FILE_TIMER");

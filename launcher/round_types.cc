@@ -31,7 +31,7 @@ NodeInfo node_info_from_json(const std::string& text) {
     n.store_port = j.value("store_port", 0);
     if (j.contains("settings"))
       n.settings = j.at("settings").get<std::map<std::string, std::string>>();
-    if (n.nproc < 1) throw std::runtime_error("nproc < 1");
+    if (n.nproc < 1) throw ProtocolError("nproc < 1");
     return n;
   } catch (const std::exception& e) {
     throw ProtocolError("malformed node record in the store ('" + text + "'): " + e.what());

@@ -1,4 +1,5 @@
 #include "cohort/rdzv/auth.h"
+#include "cohort/error.h"
 
 #include <arpa/inet.h>
 #include <openssl/crypto.h>
@@ -45,7 +46,7 @@ bool address_bytes(const std::string& text, std::vector<uint8_t>* out, bool* v6)
 std::string make_challenge() {
   std::string c(kChallengeBytes, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(c.data()), static_cast<int>(c.size())) != 1)
-    throw std::runtime_error("RAND_bytes failed");
+    throw Error("RAND_bytes failed");
   return c;
 }
 
@@ -67,12 +68,12 @@ bool verify(std::string_view token, std::string_view challenge, std::string_view
 
 std::string read_token_file(const std::string& path) {
   std::ifstream f(path);
-  if (!f) throw std::runtime_error("cannot read the token file " + path);
+  if (!f) throw IoError("cannot read the token file " + path, errno);
   std::stringstream ss;
   ss << f.rdbuf();
   std::string t = ss.str();
   size_t a = t.find_first_not_of(" \t\r\n"), b = t.find_last_not_of(" \t\r\n");
-  if (a == std::string::npos) throw std::runtime_error("the token file " + path + " is empty");
+  if (a == std::string::npos) throw UsageError("the token file " + path + " is empty");
   return t.substr(a, b - a + 1);
 }
 
@@ -82,7 +83,7 @@ Cidr Cidr::parse(const std::string& text) {
   auto slash = text.find('/');
   std::string addr = text.substr(0, slash);
   if (!address_bytes(addr, &c.bytes_, &c.v6_)) {
-    throw std::invalid_argument("'" + text + "' is not a network (a.b.c.d/n or an IPv6 prefix)");
+    throw UsageError("'" + text + "' is not a network (a.b.c.d/n or an IPv6 prefix)");
   }
   int bits = static_cast<int>(c.bytes_.size() * 8);
   c.prefix_ = bits;
@@ -91,12 +92,11 @@ Cidr Cidr::parse(const std::string& text) {
       size_t used = 0;
       std::string p = text.substr(slash + 1);
       c.prefix_ = std::stoi(p, &used);
-      if (used != p.size()) throw std::invalid_argument(p);
+      if (used != p.size()) throw UsageError(p);
     } catch (const std::exception&) {
-      throw std::invalid_argument("'" + text + "': bad prefix length");
+      throw UsageError("'" + text + "': bad prefix length");
     }
-    if (c.prefix_ < 0 || c.prefix_ > bits)
-      throw std::invalid_argument("'" + text + "': prefix out of range");
+    if (c.prefix_ < 0 || c.prefix_ > bits) throw UsageError("'" + text + "': prefix out of range");
   }
   return c;
 }

@@ -1,4 +1,5 @@
 #include "etcd_json.h"
+#include "cohort/error.h"
 
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -12,7 +13,7 @@ constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwx
 
 json parse(std::string_view text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) throw std::runtime_error("etcd: malformed JSON response");
+  if (j.is_discarded() || !j.is_object()) throw ProtocolError("etcd: malformed JSON response");
   return j;
 }
 
@@ -29,22 +30,22 @@ int64_t int_field(const json& j, const char* name) {
       if (used != s.size()) throw std::invalid_argument(s);
       return v;
     } catch (const std::exception&) {
-      throw std::runtime_error(std::string("etcd: field '") + name + "' is not an integer");
+      throw ProtocolError(std::string("etcd: field '") + name + "' is not an integer");
     }
   }
-  throw std::runtime_error(std::string("etcd: field '") + name + "' has the wrong type");
+  throw ProtocolError(std::string("etcd: field '") + name + "' has the wrong type");
 }
 
 std::string b64_field(const json& j, const char* name) {
   auto it = j.find(name);
   if (it == j.end() || it->is_null()) return {};
   if (!it->is_string())
-    throw std::runtime_error(std::string("etcd: field '") + name + "' is not a string");
+    throw ProtocolError(std::string("etcd: field '") + name + "' is not a string");
   return base64_decode(it->get_ref<const std::string&>());
 }
 
 KeyValue kv_of(const json& j) {
-  if (!j.is_object()) throw std::runtime_error("etcd: a kv is not an object");
+  if (!j.is_object()) throw ProtocolError("etcd: a kv is not an object");
   KeyValue kv;
   kv.key = b64_field(j, "key");
   kv.value = b64_field(j, "value");
@@ -66,7 +67,7 @@ RangeResult range_of(const json& j) {
   r.count = int_field(j, "count");
   auto kvs = j.find("kvs");
   if (kvs != j.end()) {
-    if (!kvs->is_array()) throw std::runtime_error("etcd: 'kvs' is not an array");
+    if (!kvs->is_array()) throw ProtocolError("etcd: 'kvs' is not an array");
     for (const auto& kv : *kvs) r.kvs.push_back(kv_of(kv));
   }
   return r;
@@ -109,27 +110,27 @@ std::string base64_decode(std::string_view in) {
     if (c == '/') return 63;
     return -1;
   };
-  if (in.size() % 4 != 0) throw std::runtime_error("etcd: base64 length is not a multiple of 4");
+  if (in.size() % 4 != 0) throw ProtocolError("etcd: base64 length is not a multiple of 4");
   std::string out;
   out.reserve(in.size() / 4 * 3);
   for (size_t i = 0; i < in.size(); i += 4) {
     int a = val(in[i]), b = val(in[i + 1]);
-    if (a < 0 || b < 0) throw std::runtime_error("etcd: invalid base64");
+    if (a < 0 || b < 0) throw ProtocolError("etcd: invalid base64");
     out += char((a << 2) | (b >> 4));
     bool last = i + 4 == in.size();
     if (in[i + 2] == '=') {
-      if (!last || in[i + 3] != '=') throw std::runtime_error("etcd: invalid base64 padding");
+      if (!last || in[i + 3] != '=') throw ProtocolError("etcd: invalid base64 padding");
       break;
     }
     int c = val(in[i + 2]);
-    if (c < 0) throw std::runtime_error("etcd: invalid base64");
+    if (c < 0) throw ProtocolError("etcd: invalid base64");
     out += char(((b & 15) << 4) | (c >> 2));
     if (in[i + 3] == '=') {
-      if (!last) throw std::runtime_error("etcd: invalid base64 padding");
+      if (!last) throw ProtocolError("etcd: invalid base64 padding");
       break;
     }
     int d = val(in[i + 3]);
-    if (d < 0) throw std::runtime_error("etcd: invalid base64");
+    if (d < 0) throw ProtocolError("etcd: invalid base64");
     out += char(((c & 3) << 6) | d);
   }
   return out;
@@ -147,12 +148,12 @@ TxnResult parse_txn(std::string_view text) {
   t.succeeded = s != j.end() && s->is_boolean() && s->get<bool>();
   auto responses = j.find("responses");
   if (responses != j.end()) {
-    if (!responses->is_array()) throw std::runtime_error("etcd: 'responses' is not an array");
+    if (!responses->is_array()) throw ProtocolError("etcd: 'responses' is not an array");
     for (const auto& r : *responses) {
-      if (!r.is_object()) throw std::runtime_error("etcd: a txn response is not an object");
+      if (!r.is_object()) throw ProtocolError("etcd: a txn response is not an object");
       auto rr = r.find("response_range");
       if (rr != r.end() && !t.range) {
-        if (!rr->is_object()) throw std::runtime_error("etcd: 'response_range' is not an object");
+        if (!rr->is_object()) throw ProtocolError("etcd: 'response_range' is not an object");
         t.range = range_of(*rr);
       }
     }
@@ -165,7 +166,7 @@ WatchMessage parse_watch_line(std::string_view text) {
   auto res = j.find("result");
   if (res == j.end() || !res->is_object()) {
     std::string err = parse_error(text);
-    throw std::runtime_error(err.empty() ? "etcd: watch message without 'result'" : "etcd: " + err);
+    throw ProtocolError(err.empty() ? "etcd: watch message without 'result'" : "etcd: " + err);
   }
   WatchMessage m;
   m.revision = header_revision(*res);
@@ -175,9 +176,9 @@ WatchMessage parse_watch_line(std::string_view text) {
   m.canceled = x != res->end() && x->is_boolean() && x->get<bool>();
   auto events = res->find("events");
   if (events != res->end()) {
-    if (!events->is_array()) throw std::runtime_error("etcd: 'events' is not an array");
+    if (!events->is_array()) throw ProtocolError("etcd: 'events' is not an array");
     for (const auto& e : *events) {
-      if (!e.is_object()) throw std::runtime_error("etcd: an event is not an object");
+      if (!e.is_object()) throw ProtocolError("etcd: an event is not an object");
       WatchEvent ev;
       auto type = e.find("type");
       ev.deleted = type != e.end() && type->is_string() && type->get<std::string>() == "DELETE";
@@ -192,7 +193,7 @@ WatchMessage parse_watch_line(std::string_view text) {
 int64_t parse_lease_grant(std::string_view text) {
   json j = parse(text);
   int64_t id = int_field(j, "ID");
-  if (id == 0) throw std::runtime_error("etcd: lease grant without an ID");
+  if (id == 0) throw ProtocolError("etcd: lease grant without an ID");
   return id;
 }
 

@@ -87,7 +87,7 @@ FsyncPolicy parse_fsync_policy(const std::string& text) {
   if (text == "always") return FsyncPolicy::kAlways;
   if (text == "interval") return FsyncPolicy::kInterval;
   if (text == "never") return FsyncPolicy::kNever;
-  throw std::invalid_argument("--fsync must be always, interval or never (got '" + text + "')");
+  throw UsageError("--fsync must be always, interval or never (got '" + text + "')");
 }
 
 StoreLog::StoreLog(const std::string& dir, StoreState* state, FsyncPolicy policy,

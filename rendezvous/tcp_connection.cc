@@ -1,4 +1,5 @@
 #include "tcp_connection.h"
+#include "cohort/error.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -104,13 +105,13 @@ TcpConnection TcpConnection::connect(const std::string& host_in, int port,
     auto wake = std::min(deadline, Clock::now() + jittered);
     // Sleep in short slices so that an abandoning owner is heard promptly.
     while (Clock::now() < wake) {
-      if (abandon != nullptr && abandon->load()) throw std::runtime_error("connect abandoned");
+      if (abandon != nullptr && abandon->load()) throw IoError("connect abandoned");
       std::this_thread::sleep_until(std::min(wake, Clock::now() + std::chrono::milliseconds(20)));
     }
-    if (abandon != nullptr && abandon->load()) throw std::runtime_error("connect abandoned");
+    if (abandon != nullptr && abandon->load()) throw IoError("connect abandoned");
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
-  throw std::runtime_error(last_error);
+  throw IoError(last_error);
 }
 
 TcpConnection::TcpConnection(TcpConnection&& o) noexcept

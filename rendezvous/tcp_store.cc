@@ -1,4 +1,5 @@
 #include "cohort/rdzv/tcp_store.h"
+#include "cohort/error.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -163,9 +164,9 @@ void TcpStore::handshake_locked(Connection& conn, Clock::time_point deadline) {
     conn.conn.send_all(proof, hs_deadline);
     try {
       if (conn.conn.read_u8(hs_deadline) != auth::kAccepted)
-        throw std::runtime_error("unexpected answer to the token");
+        throw ProtocolError("unexpected answer to the token");
     } catch (const ConnectionLost&) {
-      throw std::runtime_error("the server refused our token");
+      throw ProtocolError("the server refused our token");
     }
   }
   if (options_.dialect == StoreDialect::kCurrent) {
@@ -188,7 +189,7 @@ void TcpStore::handshake_locked(Connection& conn, Clock::time_point deadline) {
     }
     conn.conn.send_all(hello, hs_deadline);
     if (conn.conn.read_u32(hs_deadline) != nonce) {
-      throw std::runtime_error("the server answered PING with a different nonce");
+      throw ProtocolError("the server answered PING with a different nonce");
     }
     if (probe == Probe::kNone) return;
     try {

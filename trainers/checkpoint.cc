@@ -1,4 +1,5 @@
 #include "cohort/train/checkpoint.h"
+#include "cohort/error.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -28,7 +29,7 @@ std::string step_name(int64_t step) {
 }
 
 [[noreturn]] void throw_errno(const std::string& what, const std::string& path) {
-  throw std::runtime_error(what + " " + path + ": " + std::strerror(errno));
+  throw IoError(what + " " + path + ": " + std::strerror(errno), errno);
 }
 
 void put_u32(std::string& out, uint32_t v) {
@@ -90,8 +91,7 @@ const std::vector<float>& Checkpoint::block(const std::string& name) const {
   for (const auto& [n, data] : blocks) {
     if (n == name) return data;
   }
-  throw std::runtime_error("checkpoint of step " + std::to_string(step) + " has no block '" + name +
-                           "'");
+  throw FormatError("checkpoint of step " + std::to_string(step) + " has no block '" + name + "'");
 }
 
 bool Checkpoint::has_block(const std::string& name) const {
@@ -108,8 +108,7 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
 void write_checkpoint(const std::string& dir, const Checkpoint& ckpt, int keep) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec)
-    throw std::runtime_error("cannot create checkpoint directory " + dir + ": " + ec.message());
+  if (ec) throw IoError("cannot create checkpoint directory " + dir + ": " + ec.message());
 
   nlohmann::json meta = ckpt.meta;
   meta["step"] = ckpt.step;
@@ -165,21 +164,21 @@ Checkpoint read_checkpoint(const std::string& path) {
   const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
                                    std::istreambuf_iterator<char>());
   if (bytes.size() < sizeof kMagic + 8 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
-    throw std::runtime_error(path + ": not a cohort checkpoint (bad magic)");
+    throw FormatError(path + ": not a cohort checkpoint (bad magic)");
   }
   const uint32_t version = get_u32(bytes.data() + 8);
   if (version != kCheckpointVersion) {
-    throw std::runtime_error(path + ": checkpoint version " + std::to_string(version) +
-                             ", this build reads version " + std::to_string(kCheckpointVersion));
+    throw FormatError(path + ": checkpoint version " + std::to_string(version) +
+                      ", this build reads version " + std::to_string(kCheckpointVersion));
   }
   const size_t meta_len = get_u32(bytes.data() + 12);
   const size_t meta_at = 16;
-  if (meta_at + meta_len + 4 > bytes.size()) throw std::runtime_error(path + ": truncated header");
+  if (meta_at + meta_len + 4 > bytes.size()) throw FormatError(path + ": truncated header");
   Checkpoint c;
   try {
     c.meta = nlohmann::json::parse(bytes.begin() + meta_at, bytes.begin() + meta_at + meta_len);
   } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(path + ": malformed metadata: " + e.what());
+    throw FormatError(path + ": malformed metadata: " + e.what());
   }
   size_t at = meta_at + meta_len;
   try {
@@ -187,7 +186,7 @@ Checkpoint read_checkpoint(const std::string& path) {
     for (const auto& b : c.meta.at("blocks")) {
       const size_t count = b.at("count").get<size_t>();
       if (count > (bytes.size() - at) / sizeof(float)) {
-        throw std::runtime_error(path + ": truncated data");
+        throw FormatError(path + ": truncated data");
       }
       std::vector<float> data(count);
       std::memcpy(data.data(), bytes.data() + at, count * sizeof(float));
@@ -195,12 +194,12 @@ Checkpoint read_checkpoint(const std::string& path) {
       c.blocks.emplace_back(b.at("name").get<std::string>(), std::move(data));
     }
   } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(path + ": malformed metadata: " + e.what());
+    throw FormatError(path + ": malformed metadata: " + e.what());
   }
-  if (at + 4 != bytes.size()) throw std::runtime_error(path + ": size does not match its metadata");
+  if (at + 4 != bytes.size()) throw FormatError(path + ": size does not match its metadata");
   const uLong crc = crc32_z(crc32(0L, Z_NULL, 0), bytes.data(), at);
   if (static_cast<uint32_t>(crc) != get_u32(bytes.data() + at)) {
-    throw std::runtime_error(path + ": checksum mismatch (corrupt file)");
+    throw FormatError(path + ": checksum mismatch (corrupt file)");
   }
   c.meta.erase("blocks");
   return c;

@@ -1,4 +1,5 @@
 #include "cohort/train/fmnist_data.h"
+#include "cohort/error.h"
 
 #include <zlib.h>
 
@@ -24,9 +25,9 @@ std::vector<uint8_t> read_maybe_gz(const std::string& dir, const std::string& na
   namespace fs = std::filesystem;
   std::string path = (fs::path(dir) / (name + ".gz")).string();
   if (!fs::exists(path)) path = (fs::path(dir) / name).string();
-  if (!fs::exists(path)) throw std::runtime_error(missing_message(dir, name));
+  if (!fs::exists(path)) throw UsageError(missing_message(dir, name));
   gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+  if (!f) throw IoError("cannot open " + path + ": " + std::strerror(errno), errno);
   std::vector<uint8_t> out;
   std::array<uint8_t, 1 << 16> buf;
   for (;;) {
@@ -40,7 +41,7 @@ std::vector<uint8_t> read_maybe_gz(const std::string& dir, const std::string& na
       int err = 0;
       std::string msg = gzerror(f, &err);
       gzclose(f);
-      throw std::runtime_error("cannot read " + path + ": " + msg);
+      throw IoError("cannot read " + path + ": " + msg);
     }
     if (n == 0) break;
     out.insert(out.end(), buf.begin(), buf.begin() + n);
@@ -57,8 +58,7 @@ uint32_t be32(const uint8_t* p) {
 
 FmnistSplit load_fmnist(const std::string& dir, const std::string& split, int64_t limit) {
   if (split != "train" && split != "test") {
-    throw std::invalid_argument("load_fmnist: split must be 'train' or 'test', not '" + split +
-                                "'");
+    throw UsageError("load_fmnist: split must be 'train' or 'test', not '" + split + "'");
   }
   const std::string prefix = split == "train" ? "train" : "t10k";
   const std::string img_name = prefix + "-images-idx3-ubyte";
@@ -68,23 +68,23 @@ FmnistSplit load_fmnist(const std::string& dir, const std::string& split, int64_
   const std::vector<uint8_t> lbl = read_maybe_gz(dir, lbl_name, n_max ? 8 + n_max : 0);
   if (img.size() < 16 || be32(img.data()) != 0x803 || be32(img.data() + 8) != 28 ||
       be32(img.data() + 12) != 28) {
-    throw std::runtime_error(dir + "/" + img_name + ": not an IDX file of 28x28 uint8 images");
+    throw FormatError(dir + "/" + img_name + ": not an IDX file of 28x28 uint8 images");
   }
   if (lbl.size() < 8 || be32(lbl.data()) != 0x801) {
-    throw std::runtime_error(dir + "/" + lbl_name + ": not an IDX file of uint8 labels");
+    throw FormatError(dir + "/" + lbl_name + ": not an IDX file of uint8 labels");
   }
   const uint32_t total = be32(img.data() + 4);
   const uint32_t n = n_max && n_max < total ? static_cast<uint32_t>(n_max) : total;
   if (be32(lbl.data() + 4) != total || img.size() != 16 + size_t{n} * 784 || lbl.size() != 8 + n) {
-    throw std::runtime_error(dir + ": " + img_name + " and " + lbl_name +
-                             " disagree on the number of items or are truncated");
+    throw FormatError(dir + ": " + img_name + " and " + lbl_name +
+                      " disagree on the number of items or are truncated");
   }
   FmnistSplit s;
   s.count = static_cast<int>(n);
   s.images.assign(img.begin() + 16, img.end());
   s.labels.resize(n);
   for (uint32_t i = 0; i < n; ++i) {
-    if (lbl[8 + i] > 9) throw std::runtime_error(dir + "/" + lbl_name + ": label out of range");
+    if (lbl[8 + i] > 9) throw FormatError(dir + "/" + lbl_name + ": label out of range");
     s.labels[i] = lbl[8 + i];
   }
   return s;

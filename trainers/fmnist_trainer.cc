@@ -1,4 +1,5 @@
 #include "cohort/train/fmnist_trainer.h"
+#include "cohort/error.h"
 
 #include "cohort/train/preemption.h"
 
@@ -104,15 +105,15 @@ std::optional<Position> FmnistRun::resume() {
   const nlohmann::json meta = nlohmann::json::parse(meta_text);
   if (meta.value("model", "") != "fmnist-cnn" ||
       meta.value("layout", "") != model_.layout().signature()) {
-    throw std::runtime_error("checkpoint in " + o_.checkpoint_dir +
-                             " is not of this model (different trainer or layout)");
+    throw UsageError("checkpoint in " + o_.checkpoint_dir +
+                     " is not of this model (different trainer or layout)");
   }
   const size_t n = model_.num_params();
   if (rank_ == 0) {
     const auto& p = ckpt->block("params");
     const auto& m = ckpt->block("momentum");
     if (p.size() != n || m.size() != n) {
-      throw std::runtime_error("checkpoint parameter count does not match the model");
+      throw UsageError("checkpoint parameter count does not match the model");
     }
     dev_.upload(model_.params(), p.data(), n * sizeof(float));
     dev_.upload(momentum_.get(), m.data(), n * sizeof(float));
@@ -124,7 +125,7 @@ std::optional<Position> FmnistRun::resume() {
     if (meta.value("has_average", false)) {
       if (rank_ == 0) {
         const auto& a = ckpt->block("average");
-        if (a.size() != n) throw std::runtime_error("checkpoint average size does not match");
+        if (a.size() != n) throw FormatError("checkpoint average size does not match");
         dev_.upload(average_.get(), a.data(), n * sizeof(float));
       }
       comm_.broadcast(average_.get(), n);
@@ -259,17 +260,17 @@ double FmnistRun::train_batch(const size_t* indices, int bs, float lr, double* c
 
 FmnistResult FmnistRun::run() {
   if (o_.batch_size <= 0 || o_.epochs <= 0) {
-    throw std::invalid_argument("batch size and epochs must be positive");
+    throw UsageError("batch size and epochs must be positive");
   }
-  if (o_.eval_every < 0) throw std::invalid_argument("--eval-every must be 0 or positive");
+  if (o_.eval_every < 0) throw UsageError("--eval-every must be 0 or positive");
   if (!(o_.ema_decay >= 0 && o_.ema_decay < 1)) {
     char given[32];
     std::snprintf(given, sizeof given, "%g", o_.ema_decay);
-    throw std::invalid_argument("--ema-decay must be in [0, 1) (0: no weight average), not " +
-                                std::string(given));
+    throw UsageError("--ema-decay must be in [0, 1) (0: no weight average), not " +
+                     std::string(given));
   }
   if (o_.lr_schedule != "constant" && o_.lr_schedule != "cosine") {
-    throw std::invalid_argument("--lr-schedule must be constant or cosine, not " + o_.lr_schedule);
+    throw UsageError("--lr-schedule must be constant or cosine, not " + o_.lr_schedule);
   }
   load_data();
   const size_t n = model_.num_params();

@@ -1,4 +1,5 @@
 #include "cohort/train/gpt.h"
+#include "cohort/error.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -13,10 +14,10 @@ Gpt::Gpt(Device& dev, const GptConfig& config, int max_batch)
   const int V = cfg_.vocab_size, C = cfg_.n_embd, L = cfg_.n_layer, maxT = cfg_.block_size;
   if (V <= 0 || C <= 0 || L <= 0 || maxT <= 0 || cfg_.n_head <= 0 || max_batch <= 0 ||
       C % cfg_.n_head != 0) {
-    throw std::invalid_argument("invalid GPT config: vocab " + std::to_string(V) + ", n_embd " +
-                                std::to_string(C) + ", n_head " + std::to_string(cfg_.n_head) +
-                                " (n_embd must be a multiple of n_head), n_layer " +
-                                std::to_string(L) + ", block " + std::to_string(maxT));
+    throw UsageError("invalid GPT config: vocab " + std::to_string(V) + ", n_embd " +
+                     std::to_string(C) + ", n_head " + std::to_string(cfg_.n_head) +
+                     " (n_embd must be a multiple of n_head), n_layer " + std::to_string(L) +
+                     ", block " + std::to_string(maxT));
   }
   wte_ = layout_.add("wte", {V, C}, true);
   wpe_ = layout_.add("wpe", {maxT, C}, true);
@@ -115,9 +116,9 @@ void Gpt::init(uint64_t seed) {
 
 float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
   if (B > max_batch_ || T > cfg_.block_size || B <= 0 || T <= 0) {
-    throw std::invalid_argument("Gpt::forward: batch " + std::to_string(B) + "x" +
-                                std::to_string(T) + " exceeds " + std::to_string(max_batch_) + "x" +
-                                std::to_string(cfg_.block_size));
+    throw UsageError("Gpt::forward: batch " + std::to_string(B) + "x" + std::to_string(T) +
+                     " exceeds " + std::to_string(max_batch_) + "x" +
+                     std::to_string(cfg_.block_size));
   }
   B_ = B;
   T_ = T;

@@ -1,4 +1,5 @@
 #include "cohort/train/gpt_trainer.h"
+#include "cohort/error.h"
 
 #include "cohort/train/preemption.h"
 
@@ -80,8 +81,8 @@ bool GptRun::resume() {
   if (meta_text.empty()) return false;
   const nlohmann::json meta = nlohmann::json::parse(meta_text);
   if (meta.value("model", "") != "gpt" || meta.value("layout", "") != model_.layout().signature()) {
-    throw std::runtime_error("checkpoint in " + o_.checkpoint_dir +
-                             " is not of this model (different trainer or GPT config)");
+    throw UsageError("checkpoint in " + o_.checkpoint_dir +
+                     " is not of this model (different trainer or GPT config)");
   }
   const size_t n = model_.num_params();
   if (rank_ == 0) {
@@ -89,7 +90,7 @@ bool GptRun::resume() {
     float* dst[] = {model_.params(), m_.get(), v_.get()};
     for (int i = 0; i < 3; ++i) {
       const auto& b = ckpt->block(names[i]);
-      if (b.size() != n) throw std::runtime_error("checkpoint parameter count does not match");
+      if (b.size() != n) throw UsageError("checkpoint parameter count does not match");
       dev_.upload(dst[i], b.data(), n * sizeof(float));
     }
   }
@@ -219,7 +220,7 @@ GptResult GptRun::run() {
   const int B = o_.batch_size, T = o_.model.block_size;
   const int64_t per_micro = static_cast<int64_t>(B) * T * world_;
   if (o_.total_batch_tokens <= 0 || o_.total_batch_tokens % per_micro != 0) {
-    throw std::invalid_argument(
+    throw UsageError(
         "--total-batch-tokens " + std::to_string(o_.total_batch_tokens) +
         " must be a positive multiple of batch x block x world = " + std::to_string(B) + " x " +
         std::to_string(T) + " x " + std::to_string(world_) + " = " + std::to_string(per_micro));
@@ -227,7 +228,7 @@ GptResult GptRun::run() {
   const int accum = static_cast<int>(o_.total_batch_tokens / per_micro);
   result_.grad_accum = accum;
   if (o_.model.vocab_size < 256) {
-    throw std::invalid_argument("the byte-level GPT needs a vocabulary of at least 256");
+    throw UsageError("the byte-level GPT needs a vocabulary of at least 256");
   }
   text_ = split_text(load_text(o_.data));
   train_loader_.emplace(text_.train, B, T, rank_, world_);

@@ -1,4 +1,5 @@
 #include "cohort/train/metrics.h"
+#include "cohort/error.h"
 
 #include <cerrno>
 #include <cstring>
@@ -14,7 +15,7 @@ MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path)
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   f_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (!f_) {
-    throw std::runtime_error("cannot open metrics file " + path + ": " + std::strerror(errno));
+    throw IoError("cannot open metrics file " + path + ": " + std::strerror(errno), errno);
   }
 }
 

@@ -1,4 +1,5 @@
 #include "cohort/train/text_data.h"
+#include "cohort/error.h"
 
 #include <algorithm>
 #include <cstring>
@@ -13,7 +14,7 @@ namespace fs = std::filesystem;
 namespace {
 void append_file(const fs::path& p, std::vector<uint8_t>& out) {
   std::ifstream in(p, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + p.string() + ": " + std::strerror(errno));
+  if (!in) throw IoError("cannot read " + p.string() + ": " + std::strerror(errno), errno);
   out.insert(out.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 }  // namespace
@@ -37,12 +38,12 @@ std::vector<uint8_t> load_text(const std::string& path_in) {
   }
   if (out.empty()) {
     if (is_default) {
-      throw std::runtime_error(std::string("no training text: ") + kDefaultTextDir +
-                               " is missing or empty. Install Debian's package with 'apt-get "
-                               "install fortunes' or pass --data FILE with any text file");
+      throw UsageError(std::string("no training text: ") + kDefaultTextDir +
+                       " is missing or empty. Install Debian's package with 'apt-get "
+                       "install fortunes' or pass --data FILE with any text file");
     }
-    throw std::runtime_error("no training text in " + path.string() +
-                             " (a text file, or a directory of text files, is expected)");
+    throw UsageError("no training text in " + path.string() +
+                     " (a text file, or a directory of text files, is expected)");
   }
   return out;
 }
@@ -59,10 +60,9 @@ TextLoader::TextLoader(const std::vector<int32_t>& tokens, int B, int T, int ran
     : tokens_(tokens), B_(B), T_(T), rank_(rank), world_(world) {
   const int64_t need = static_cast<int64_t>(B) * T * world + 1;
   if (static_cast<int64_t>(tokens.size()) < need) {
-    throw std::invalid_argument("text too short: " + std::to_string(tokens.size()) +
-                                " tokens, one global batch of " + std::to_string(B) + "x" +
-                                std::to_string(T) + " on " + std::to_string(world) +
-                                " ranks needs " + std::to_string(need));
+    throw UsageError("text too short: " + std::to_string(tokens.size()) +
+                     " tokens, one global batch of " + std::to_string(B) + "x" + std::to_string(T) +
+                     " on " + std::to_string(world) + " ranks needs " + std::to_string(need));
   }
   reset();
 }

@@ -61,7 +61,7 @@ std::unique_ptr<Device> make_device(const WorkerOptions& o, int local_rank) {
       return make_cuda_device(std::stoi(n));
     }
   }
-  throw std::invalid_argument("unknown --device '" + o.device + "' (cpu, cuda or cuda:N)");
+  throw UsageError("unknown --device '" + o.device + "' (cpu, cuda or cuda:N)");
 }
 
 }  // namespace
@@ -74,7 +74,7 @@ std::unique_ptr<Worker> Worker::start(const WorkerOptions& options) {
 #else
   const int world = env_int("WORLD_SIZE", 1);
   if (world > 1) {
-    throw std::runtime_error(
+    throw UsageError(
         "WORLD_SIZE=" + std::to_string(world) +
         " but this build has no worker runtime (libcohort); it can only run one process");
   }

@@ -2,6 +2,8 @@
 // started (the "worker" pids are made up: the server only reports, the agent sends the signal).
 #include "file_timer.h"
 
+#include "cohort/error.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -127,7 +129,7 @@ TEST_F(FileTimerTest, TheFifoReplacesAStaleFileAndGoesWithTheServer) {
   EXPECT_FALSE(std::filesystem::exists(path_));
   EXPECT_THROW(FileTimerServer(io_, (dir_ / "no" / "such" / "dir").string(), log_,
                                [](pid_t, const std::string&, int) {}),
-               std::system_error);
+               IoError);
 }
 
 TEST(FileTimerPath, FollowsTorchrunsRules) {

@@ -1,6 +1,7 @@
 // EtcdStore against a real etcd: the cohort::Store semantics the rendezvous relies on, and the
 // JSON gateway's message formats (captured in docs/ETCD.md).
 #include "cohort/rdzv/etcd_store.h"
+#include "cohort/error.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -23,9 +24,9 @@ TEST(EtcdJson, Base64RoundTripsAndRejectsGarbage) {
     EXPECT_EQ(etcd::base64_decode(etcd::base64_encode(s)), s);
   }
   EXPECT_EQ(etcd::base64_encode("/w/a"), "L3cvYQ==");
-  EXPECT_THROW(etcd::base64_decode("L3c"), std::runtime_error);
-  EXPECT_THROW(etcd::base64_decode("L3c*YQ=="), std::runtime_error);
-  EXPECT_THROW(etcd::base64_decode("L3=vYQ=="), std::runtime_error);
+  EXPECT_THROW(etcd::base64_decode("L3c"), ProtocolError);
+  EXPECT_THROW(etcd::base64_decode("L3c*YQ=="), ProtocolError);
+  EXPECT_THROW(etcd::base64_decode("L3=vYQ=="), ProtocolError);
 }
 
 TEST(EtcdJson, ResponsesAsEtcdWritesThem) {
@@ -55,9 +56,9 @@ TEST(EtcdJson, ResponsesAsEtcdWritesThem) {
   EXPECT_EQ(etcd::parse_keepalive_ttl(R"({"result":{"header":{},"ID":"5"}})"), 0);
   EXPECT_EQ(etcd::parse_error(R"({"error":"etcdserver: requested lease not found","code":5})"),
             "etcdserver: requested lease not found");
-  EXPECT_THROW(etcd::parse_range("[1,2]"), std::runtime_error);
-  EXPECT_THROW(etcd::parse_range(R"({"kvs":[{"key":5}]})"), std::runtime_error);
-  EXPECT_THROW(etcd::parse_range(R"({"header":{"revision":"x"}})"), std::runtime_error);
+  EXPECT_THROW(etcd::parse_range("[1,2]"), ProtocolError);
+  EXPECT_THROW(etcd::parse_range(R"({"kvs":[{"key":5}]})"), ProtocolError);
+  EXPECT_THROW(etcd::parse_range(R"({"header":{"revision":"x"}})"), ProtocolError);
 }
 
 class EtcdStoreTest : public ::testing::Test {

@@ -1,5 +1,6 @@
 // Checkpoint files: round trip, atomicity markers, validation of every byte, retention.
 #include "cohort/train/checkpoint.h"
+#include "cohort/error.h"
 
 #include <gtest/gtest.h>
 
@@ -52,7 +53,7 @@ TEST_F(CheckpointTest, RoundTrip) {
   EXPECT_EQ(c.meta.at("rng"), nlohmann::json({1, 2, 3, 4}));
   EXPECT_EQ(c.block("params"), (std::vector<float>{1.5f, 2.5f, 3.5f}));
   EXPECT_EQ(c.block("momentum"), (std::vector<float>{-1.5f}));
-  EXPECT_THROW(c.block("missing"), std::runtime_error);
+  EXPECT_THROW(c.block("missing"), FormatError);
   // Nothing but the file and its marker is left behind.
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
@@ -79,7 +80,7 @@ TEST_F(CheckpointTest, CorruptNewestFallsBackToPrevious) {
   auto bytes = read_bytes(p);
   bytes[bytes.size() - 6] ^= 0x40;  // one bit in the data
   write_bytes(p, bytes);
-  EXPECT_THROW(read_checkpoint(p.string()), std::runtime_error);
+  EXPECT_THROW(read_checkpoint(p.string()), FormatError);
   std::vector<std::string> skipped;
   auto c = load_latest_checkpoint(dir_.string(), &skipped);
   ASSERT_TRUE(c.has_value());
@@ -95,14 +96,13 @@ TEST_F(CheckpointTest, EveryTruncatedPrefixIsRejected) {
   const fs::path q = dir_ / "truncated.bin";
   for (size_t len = 0; len < bytes.size(); ++len) {
     write_bytes(q, std::vector<char>(bytes.begin(), bytes.begin() + len));
-    EXPECT_THROW(read_checkpoint(q.string()), std::runtime_error)
-        << "prefix of " << len << " bytes";
+    EXPECT_THROW(read_checkpoint(q.string()), FormatError) << "prefix of " << len << " bytes";
   }
   // And one byte too many.
   auto longer = bytes;
   longer.push_back(0);
   write_bytes(q, longer);
-  EXPECT_THROW(read_checkpoint(q.string()), std::runtime_error);
+  EXPECT_THROW(read_checkpoint(q.string()), FormatError);
 }
 
 TEST_F(CheckpointTest, MagicAndVersionAreCheckedFirst) {

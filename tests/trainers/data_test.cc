@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cohort/error.h"
 #include "cohort/train/fmnist_data.h"
 #include "cohort/train/text_data.h"
 #include "trainer_fixture.h"
@@ -178,7 +179,7 @@ TEST(TextLoader, GlobalPositionCarriesAcrossWorldSizes) {
 
 TEST(TextLoader, TooShortTextIsAnError) {
   const auto tokens = iota_tokens(100);
-  EXPECT_THROW(TextLoader(tokens, 4, 16, 0, 2), std::invalid_argument);
+  EXPECT_THROW(TextLoader(tokens, 4, 16, 0, 2), UsageError);
 }
 
 TEST(TextData, DirectoryConcatenatesPlainFilesAndSplits) {

@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "cohort/error.h"
 #include "cohort/train/comm.h"
 #include "cohort/train/fmnist_trainer.h"
 #include "cohort/train/gpt_trainer.h"
@@ -110,7 +111,7 @@ TEST_F(DataParallel, BatchThatDoesNotDivideIsRejected) {
   const std::string data = write_corpus(20000);
   auto dev = make_cpu_device(1);
   Comm single;
-  EXPECT_THROW(train_gpt(small_gpt(data, "", 3, 128), *dev, single), std::invalid_argument);
+  EXPECT_THROW(train_gpt(small_gpt(data, "", 3, 128), *dev, single), UsageError);
 }
 
 TEST_F(DataParallel, DifferentInitialWeightsAreDetectedOnEveryRank) {

@@ -3,6 +3,7 @@
 // wrong. And the Worker that uses it, with CPU ranks as threads over one store. The same decision
 // on this machine's real GPU is in cuda_test.cc (label gpu).
 #include "cohort/train/gradient_path.h"
+#include "cohort/error.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -122,7 +123,7 @@ TEST(GradientPath, AWorkerRejectsAnUnknownDevice) {
     try {
       Worker::start(o);
       ADD_FAILURE() << bad << " was accepted";
-    } catch (const std::invalid_argument& e) {
+    } catch (const UsageError& e) {
       EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
     }
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cohort/error.h"
 #include "cohort/train/cnn.h"
 #include "cohort/train/gpt.h"
 #include "cohort/train/optim.h"
@@ -123,13 +124,13 @@ TEST(Gpt, InitialLossIsAboutLnVocabAndShorterSequencesWork) {
   double row = 0;
   for (int i = 0; i < 256; ++i) row += probs[2 * 256 + i];
   EXPECT_NEAR(row, 1.0, 1e-5);
-  EXPECT_THROW(model.forward(x.data(), y.data(), 3, 16), std::invalid_argument);
-  EXPECT_THROW(model.forward(x.data(), y.data(), 1, 17), std::invalid_argument);
+  EXPECT_THROW(model.forward(x.data(), y.data(), 3, 16), UsageError);
+  EXPECT_THROW(model.forward(x.data(), y.data(), 1, 17), UsageError);
 }
 
 TEST(Gpt, RejectsInconsistentConfig) {
   auto dev = make_cpu_device(1);
-  EXPECT_THROW(Gpt(*dev, GptConfig{256, 16, 2, 3, 32}, 1), std::invalid_argument);
+  EXPECT_THROW(Gpt(*dev, GptConfig{256, 16, 2, 3, 32}, 1), UsageError);
 }
 
 TEST(FmnistCnn, InitMatchesPyTorchBounds) {

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cohort/error.h"
 #include "cohort/train/fmnist_trainer.h"
 #include "cohort/train/gpt_trainer.h"
 #include "thread_group.h"
@@ -170,7 +171,7 @@ TEST_F(Training, FmnistRejectsADecayOutsideZeroToOne) {
   FmnistOptions o = fmnist_options();
   for (float bad : {1.0f, -0.1f, std::nanf("")}) {
     o.ema_decay = bad;
-    EXPECT_THROW(train_fmnist(o, *dev_, single_), std::invalid_argument) << bad;
+    EXPECT_THROW(train_fmnist(o, *dev_, single_), UsageError) << bad;
   }
 }
 

@@ -54,6 +54,13 @@ class ProtocolError : public virtual Error {
   explicit ProtocolError(const std::string& what) : Error(what) {}
 };
 
+// A file's contents are not what they must be: a corrupt checkpoint, a dataset that is not one, a
+// damaged log. The message names the file and what is wrong with it.
+class FormatError : public virtual Error {
+ public:
+  explicit FormatError(const std::string& what) : Error(what) {}
+};
+
 // A CUDA, cuBLAS or NCCL call failed; the message names the call, the library's error string and
 // file:line.
 class CudaError : public virtual Error {

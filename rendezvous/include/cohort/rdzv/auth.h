@@ -36,7 +36,7 @@ std::string read_token_file(const std::string& path);
 // A network such as "10.0.0.0/8", "127.0.0.1" (one host) or "fd00::/8".
 class Cidr {
  public:
-  // Throws std::invalid_argument naming the bad text.
+  // Throws UsageError naming the bad text.
   static Cidr parse(const std::string& text);
   // `address` in numeric form; IPv4-mapped IPv6 addresses match IPv4 networks.
   bool contains(const std::string& address) const;

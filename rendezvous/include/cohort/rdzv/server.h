@@ -27,7 +27,7 @@ namespace cohort::rdzv {
 
 // When a persistent store (data_dir) calls fsync(2); see store_log.h.
 enum class FsyncPolicy { kAlways, kInterval, kNever };
-FsyncPolicy parse_fsync_policy(const std::string& text);  // throws std::invalid_argument
+FsyncPolicy parse_fsync_policy(const std::string& text);  // throws UsageError
 
 struct StoreServerOptions {
   std::string host = "0.0.0.0";               // an IPv4 or IPv6 literal, or a name to resolve

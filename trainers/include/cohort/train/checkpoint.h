@@ -32,19 +32,19 @@ struct Checkpoint {
   // Named float blocks: "params", "momentum", "adam_m", "adam_v", ...
   std::vector<std::pair<std::string, std::vector<float>>> blocks;
 
-  // The block called `name`; throws std::runtime_error when missing.
+  // The block called `name`; throws cohort::FormatError when missing.
   const std::vector<float>& block(const std::string& name) const;
   bool has_block(const std::string& name) const;
 };
 
 // Writes `ckpt` as <dir>/ckpt_<step>.bin plus its marker (creating dir), then deletes all but the
 // newest `keep` complete checkpoints (keep <= 0 keeps all) and temporary files that an earlier,
-// killed writer left behind. Throws std::runtime_error naming the
+// killed writer left behind. Throws cohort::IoError naming the
 // file and errno on any I/O failure; a failed write leaves no marker.
 void write_checkpoint(const std::string& dir, const Checkpoint& ckpt, int keep = 2);
 
-// Reads and validates one checkpoint file (magic, version, sizes, crc). Throws std::runtime_error
-// saying what is wrong.
+// Reads and validates one checkpoint file (magic, version, sizes, crc). Throws cohort::IoError
+// (unreadable) or FormatError (not a valid checkpoint) saying what is wrong.
 Checkpoint read_checkpoint(const std::string& path);
 
 // Steps of the complete checkpoints in `dir` (those with a marker), newest first. Empty when the

@@ -82,8 +82,9 @@ struct FmnistResult {
   std::vector<FmnistEval> evals;  // every evaluation of this call, in order
 };
 
-// Trains on `dev` with `comm`'s ranks. Throws std::runtime_error (data, checkpoints) or
-// cohort::Error (collectives) on failure.
+// Trains on `dev` with `comm`'s ranks. Throws cohort::UsageError (bad options, a checkpoint of
+// another model), IoError or FormatError (data, checkpoints), or another cohort::Error
+// (collectives) on failure.
 FmnistResult train_fmnist(const FmnistOptions& options, Device& dev, Comm& comm);
 
 }  // namespace cohort::train

@@ -29,7 +29,7 @@ struct GptConfig {
 class Gpt {
  public:
   // Allocates parameters, gradients and activations for up to `max_batch` sequences of up to
-  // config.block_size tokens on `dev` (which must outlive the model). Throws std::invalid_argument
+  // config.block_size tokens on `dev` (which must outlive the model). Throws cohort::UsageError
   // for an inconsistent config (n_embd not divisible by n_head, ...).
   Gpt(Device& dev, const GptConfig& config, int max_batch);
   Gpt(const Gpt&) = delete;

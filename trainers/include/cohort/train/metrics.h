@@ -17,7 +17,7 @@ namespace cohort::train {
 class MetricsWriter {
  public:
   // Does nothing when path is empty. Opens `path` for appending (a resumed run continues the file)
-  // or truncates it first. Throws std::runtime_error when it cannot be opened.
+  // or truncates it first. Throws cohort::IoError when it cannot be opened.
   MetricsWriter(const std::string& path, bool append);
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
@@ -37,7 +37,7 @@ class MetricsWriter {
 std::string metrics_path(const std::string& metrics_option, const std::string& checkpoint_dir);
 
 // Writes `summary` as one JSON line to `path` (replacing it); nothing when path is empty. For
-// scripts (scripts/bench/train_bench) that read a run's final results. Throws std::runtime_error
+// scripts (scripts/bench/train_bench) that read a run's final results. Throws cohort::IoError
 // when the file cannot be written.
 void write_summary(const std::string& path, const nlohmann::json& summary);
 

@@ -13,8 +13,8 @@ inline constexpr const char* kDefaultTextDir = "/usr/share/games/fortunes";
 
 // Reads `path`: a file, or a directory whose plain-text files (no extension; fortune's .dat and
 // .u8 companions skipped) are concatenated in name order. An empty path means kDefaultTextDir,
-// the English text of Debian's fortunes package. Throws std::runtime_error naming the path (and
-// the package for the default) when nothing can be read.
+// the English text of Debian's fortunes package. Throws cohort::IoError or UsageError naming the
+// path (and the package for the default) when nothing can be read.
 std::vector<uint8_t> load_text(const std::string& path);
 
 struct TextSplit {
@@ -28,7 +28,7 @@ TextSplit split_text(const std::vector<uint8_t>& bytes, double train_fraction = 
 // first B*T, targets the last B*T.
 class TextLoader {
  public:
-  // REQUIRES: tokens.size() > B*T*world (throws std::invalid_argument otherwise). `tokens` must
+  // REQUIRES: tokens.size() > B*T*world (throws cohort::UsageError otherwise). `tokens` must
   // outlive the loader.
   TextLoader(const std::vector<int32_t>& tokens, int B, int T, int rank, int world);
 
