@@ -71,7 +71,7 @@ class TorchClientAgainstCohortd(unittest.TestCase):
             other.wait(["never"], datetime.timedelta(seconds=1))
         # 1.13: "Socket Timeout"; 2.x: "wait timeout after 1000ms, keys: /never".
         self.assertIn("timeout", str(cm.exception).lower())
-        self.assertLess(time.monotonic() - start, 4.0)
+        self.assertLess(time.monotonic() - start, 30.0)  # a hang guard, not a timing
         # The connection goes on (1.13 cannot cancel its WAIT: its next request must be
         # answered all the same, and the dead wait's late reply never sent).
         other.set("after", "y")
@@ -137,7 +137,7 @@ class TorchClientAgainstCohortd(unittest.TestCase):
         with self.assertRaises(RuntimeError) as cm:
             s.barrier("late", 2, datetime.timedelta(seconds=1))
         self.assertIn("barrier timeout", str(cm.exception))
-        self.assertLess(time.monotonic() - start, 4.0)
+        self.assertLess(time.monotonic() - start, 30.0)  # a hang guard, not a timing
         self.assertEqual(s.get("k1"), b"v")
         other.barrier("late", 2, datetime.timedelta(seconds=1))
 
