@@ -77,6 +77,7 @@ def fmt(s):
 
 
 def main():
+    global TORCHRUN
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(here, "..", "..", "..", "build"))
@@ -86,7 +87,6 @@ def main():
     ap.add_argument("--no-torchrun", action="store_true")
     ap.add_argument("--torchrun", default=TORCHRUN, help="the torchrun to compare with")
     args = ap.parse_args()
-    global TORCHRUN
     TORCHRUN = args.torchrun
     torch_version = subprocess.run(
         [os.path.join(os.path.dirname(os.path.realpath(TORCHRUN)), "python3"), "-c",
