@@ -65,6 +65,7 @@ def run_cohort(build, binary, workers, args, log, summary):
 
 
 def main():
+    global TORCH_PY
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--build", required=True, help="cohort build directory (with bin/)")
     p.add_argument("--workers", default="1,2", help="worker counts, comma-separated")
@@ -79,7 +80,10 @@ def main():
     p.add_argument("--quick", action="store_true",
                    help="fewer steps (CNN 150, GPT 6): throughput only, accuracy not comparable")
     p.add_argument("--keep", action="store_true", help="keep the logs (printed directory)")
+    p.add_argument("--python", default=TORCH_PY,
+                   help="the Python whose PyTorch runs the DDP twins (e.g. scripts/torch2.sh's 2.x)")
     a = p.parse_args()
+    TORCH_PY = a.python
     if a.quick:
         a.fmnist_steps, a.gpt_steps = 150, 6
     workers = [int(w) for w in a.workers.split(",")]
