@@ -157,7 +157,9 @@ StoreState::WaitResult StoreState::barrier(SessionId session, std::string_view k
   auto found = data_.find(key);
   if (found != data_.end() && !parse_like_stoll(found->second, &current))
     return WaitResult::kNotACounter;
-  const bool parks = current < world_size - 1;  // the arrival below adds 1
+  // The counter after this arrival, wrapped as ADD wraps it (PyTorch compares after its add).
+  const int64_t after = static_cast<int64_t>(static_cast<uint64_t>(current) + 1);
+  const bool parks = after < world_size;
   if (parks && max_waiters_ != 0 && waits_.size() >= max_waiters_)
     return WaitResult::kTooManyWaiters;
   int64_t arrived;

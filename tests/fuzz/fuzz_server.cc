@@ -408,6 +408,7 @@ class Harness final : public StoreListener {
                         "the handler consumed %zu bytes that are not whole requests (status %d)",
                         rest.size(), static_cast<int>(r.status));
       c.modelled += r.consumed;
+      const bool dropped_dead_wait = model_.drop_dead_wait(c.id, c.dialect);
       StoreModel::Outcome o;
       const std::string* cached = tagged ? model_.cached(tag_client, tag_request) : nullptr;
       if (tagged &&
@@ -419,6 +420,7 @@ class Harness final : public StoreListener {
         o = model_.apply(c.id, c.dialect, req);
         if (tagged && !o.closes) model_.remember(tag_client, tag_request, o.reply);
       }
+      if (dropped_dead_wait) o.cancelled_parked = true;
       if (kTrace) {
         std::fprintf(stderr, "  session %llu runs %s%s: model %s%s%s\n",
                      static_cast<unsigned long long>(c.id), tagged ? "tagged " : "",

@@ -35,11 +35,15 @@ class StoreModel {
 
   StoreModel(size_t max_waiters) : max_waiters_(max_waiters) {}
 
+  // A 1.13 client sends again only once its WAIT timed out: any whole request of a legacy session
+  // drops its parked wait, unanswered, whatever the request then does (a tagged retry included).
+  // True when there was one.
+  bool drop_dead_wait(uint64_t session, Dialect d) {
+    return d == Dialect::kLegacy && waits_.erase(session) > 0;
+  }
+
   Outcome apply(uint64_t session, Dialect d, const Request& req) {
     Outcome o;
-    // A 1.13 client sends again only once its WAIT timed out: the parked wait is dropped,
-    // unanswered.
-    if (d == Dialect::kLegacy && waits_.erase(session) > 0) o.cancelled_parked = true;
     switch (req.op) {
       case Op::kValidate:
         o.closes = req.u32 != kValidationMagic;

@@ -148,6 +148,12 @@ TEST_F(StoreStateTest, BarrierCountsCancelledArrivalsAndWakesOnAnyWriteThatReach
   EXPECT_EQ(rec.woken, std::vector<SessionId>{3});
 }
 
+TEST_F(StoreStateTest, BarrierComparesTheCounterAfterItsArrivalWrappedLikeAdd) {
+  st.set("w", "9223372036854775807");  // INT64_MAX: the arrival wraps it to INT64_MIN, short of 3
+  EXPECT_EQ(st.barrier(1, "w", 3), StoreState::WaitResult::kParked);
+  EXPECT_EQ(*st.get("w"), "-9223372036854775808");
+}
+
 TEST_F(StoreStateTest, BarrierOnTextOrBeyondTheWaiterLimitChangesNothing) {
   st.set("t", "text");
   EXPECT_EQ(st.barrier(1, "t", 2), StoreState::WaitResult::kNotACounter);
