@@ -30,7 +30,7 @@ TORCHRUN = "/usr/bin/torchrun"
 def launcher_cmd(kind, cohortrun, nproc, extra, program):
     if kind == "cohortrun":
         return [cohortrun, "--nproc-per-node", str(nproc), *extra, "--no-python", *program]
-    # torchrun 1.13 on Python 3.11 needs explicit -r/-t values (research notes §3.1).
+    # torchrun 1.13 on Python 3.11 needs explicit -r/-t values (docs/TORCHRUN.md §3.1).
     underscored = ["--" + e[2:].replace("-", "_") if e.startswith("--") else e for e in extra]
     return [TORCHRUN, "--nproc_per_node", str(nproc), *underscored,
             "--no_python", "-r", "1", "-t", "1", *program]
