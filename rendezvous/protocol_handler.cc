@@ -202,6 +202,25 @@ bool ProtocolHandler::wake() {
   return begin_ < end_;
 }
 
+bool ProtocolHandler::answer_wait(StoreState::WaitResult r) {
+  switch (r) {
+    case StoreState::WaitResult::kReady:
+      put_u8(&out_, kStopWaiting);
+      return true;
+    case StoreState::WaitResult::kParked:
+      waiting_ = true;
+      return true;
+    case StoreState::WaitResult::kTooManyWaiters:
+      close_reason_ =
+          "parked waits exceed --max-waiters (" + std::to_string(options_.max_waiters) + ")";
+      return false;
+    case StoreState::WaitResult::kNotACounter:  // only a BARRIER counts
+      close_reason_ = "BARRIER on a key whose value is not a decimal integer";
+      return false;
+  }
+  return true;
+}
+
 bool ProtocolHandler::dispatch(const Request& req) {
   StoreState& st = state_;
   std::string* why = &close_reason_;
@@ -248,35 +267,9 @@ bool ProtocolHandler::dispatch(const Request& req) {
       put_u8(&out_, st.check(req.keys) ? kCheckReady : kCheckNotReady);
       return true;
     case Op::kWait:
-      switch (st.wait(id_, req.keys)) {
-        case StoreState::WaitResult::kReady:
-          put_u8(&out_, kStopWaiting);
-          return true;
-        case StoreState::WaitResult::kParked:
-          waiting_ = true;
-          return true;
-        case StoreState::WaitResult::kTooManyWaiters:
-        case StoreState::WaitResult::kNotACounter:  // a WAIT counts nothing
-          *why = "parked waits exceed --max-waiters (" + std::to_string(options_.max_waiters) + ")";
-          return false;
-      }
-      return true;
+      return answer_wait(st.wait(id_, req.keys));
     case Op::kBarrier:
-      switch (st.barrier(id_, req.keys[0], req.delta)) {
-        case StoreState::WaitResult::kReady:
-          put_u8(&out_, kStopWaiting);
-          return true;
-        case StoreState::WaitResult::kParked:
-          waiting_ = true;
-          return true;
-        case StoreState::WaitResult::kTooManyWaiters:
-          *why = "parked waits exceed --max-waiters (" + std::to_string(options_.max_waiters) + ")";
-          return false;
-        case StoreState::WaitResult::kNotACounter:
-          *why = "BARRIER on a key whose value is not a decimal integer";
-          return false;
-      }
-      return true;
+      return answer_wait(st.barrier(id_, req.keys[0], req.delta));
     case Op::kListKeys: {
       // Sorted, so that the same store lists the same way (PyTorch's order is its hash map's).
       std::vector<std::string_view> keys;

@@ -81,6 +81,8 @@ class ProtocolHandler {
   // *need_more when it waits for bytes.
   bool authenticate(bool* need_more);
   void refuse_unauthenticated();
+  // The reply to a WAIT or BARRIER; false (close_reason_ set) when the connection must close.
+  bool answer_wait(StoreState::WaitResult r);
 
   enum class AuthState { kNone, kChallenged, kDone };
   const bool must_authenticate_;
