@@ -353,6 +353,13 @@ const std::vector<Flag>& flags() {
         [](LaunchConfig& c, const std::string& v) {
           c.wait_after_first_exit = seconds_value("--wait-after-first-exit", v);
         });
+    own("--store-loss-grace", "SECONDS",
+        "Elastic jobs: how long workers keep running while the rendezvous store cannot be "
+        "reached (a cohortd restarting), before they are stopped as for a lost node (default "
+        "60; never less than the keep-alive timeout)",
+        [](LaunchConfig& c, const std::string& v) {
+          c.store_loss_grace = seconds_value("--store-loss-grace", v);
+        });
     own("--auth-token-file", "PATH",
         "Protect the store with the token in this file: agents and libcohort workers prove they "
         "know it; every node needs the same file",
@@ -537,8 +544,10 @@ void validate(LaunchConfig* config) {
     }
     for (const char* f : {"--master-addr", "--master-port"}) {
       if (c.given.contains(f))
-        c.notes.push_back(std::string(f) + " is ignored: with an elastic rendezvous the store is "
-                                           "--rdzv-endpoint " + c.rdzv_endpoint);
+        c.notes.push_back(std::string(f) +
+                          " is ignored: with an elastic rendezvous the store is "
+                          "--rdzv-endpoint " +
+                          c.rdzv_endpoint);
     }
     return;
   }

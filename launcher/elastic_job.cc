@@ -27,6 +27,7 @@ std::string in_seconds(std::chrono::milliseconds d) {
 
 // What must be known before the base class (and its store bridge) exists.
 struct ElasticJob::Setup {
+  std::unique_ptr<EndpointStore> endpoint_store;
   std::unique_ptr<rdzv::StoreServerThread> hosted;
   StoreBridge::StoreFactory factory;
   std::string advertised;
@@ -62,7 +63,29 @@ ElasticJob::Setup make_setup(const ElasticJobSettings& s,
   if (!s.store_override) {
     // Host the store when the endpoint is ours and nobody serves it yet (a standalone cohortd, or
     // another agent on this machine, already holds the port). etcd is never ours to host.
-    const bool host = etcd ? false : s.conf.is_host.value_or(is_local_host(ep.host));
+    bool host = etcd ? false : s.conf.is_host.value_or(is_local_host(ep.host));
+    if (host && ep.port != 0) {
+      // A store of its own process, which every job meeting here shares (endpoint_store.h).
+      try {
+        setup.endpoint_store = EndpointStore::start(listen_address_for(ep.host), ep.port,
+                                                    s.security, kEndpointStoreLinger);
+        if (!setup.endpoint_store) {
+          log->info("{} is served already; joining it as a client", ep.to_string());
+        } else {
+          log->info(
+              "the rendezvous store on {} is cohortd pid {}, shared by every job meeting there; "
+              "it exits {} after its last client leaves (log: {})",
+              setup.endpoint_store->address(), setup.endpoint_store->pid(),
+              in_seconds(kEndpointStoreLinger), setup.endpoint_store->log_path());
+        }
+        host = false;
+      } catch (const IoError& e) {
+        log->warn(
+            "{}; hosting the rendezvous store inside this agent instead: another job "
+            "meeting at {} would lose it when this one ends",
+            e.what(), ep.to_string());
+      }
+    }
     if (host) {
       try {
         setup.hosted = host_store(listen_address_for(ep.host), ep.port, s.security);
@@ -153,12 +176,14 @@ ElasticJob::ElasticJob(asio::io_context& io, LoopClock& clock, std::string run_i
                        Setup setup)
     : JobRendezvous(io, clock, std::move(run_id), std::move(setup.factory), std::move(log)),
       settings_(std::move(settings)),
+      endpoint_store_(std::move(setup.endpoint_store)),
       hosted_(std::move(setup.hosted)),
       advertised_(std::move(setup.advertised)),
       node_id_(std::move(setup.node_id)),
       protocol_(dynamic_settings(settings_), clock.clock()),
       keep_alive_timer_(clock.make_timer()),
       liveness_(std::make_shared<LivenessMonitor>(node_id_, settings_.conf.liveness_timeout(),
+                                                  settings_.conf.keep_alive_interval,
                                                   clock.clock())) {}
 
 ElasticJob::~ElasticJob() {
@@ -201,6 +226,7 @@ void ElasticJob::start_keep_alive(const RankAssignment& a,
   keep_alive_on_ = true;
   lost_reported_ = false;
   beat_in_flight_ = false;
+  store_unreachable_ = false;
   last_beat_ok_ = clock_.now();
   on_store_lost_ = std::move(on_store_lost);
   auto liveness = liveness_;
@@ -216,16 +242,26 @@ void ElasticJob::stop_keep_alive() {
 void ElasticJob::keep_alive_tick() {
   if (!keep_alive_on_) return;
   keep_alive_timer_->start(settings_.conf.keep_alive_interval, [this] { keep_alive_tick(); });
-  // Cut off from the store for a whole keep-alive period (a failing or hanging call): the other
-  // nodes are dropping this one now, so its workers must stop. Judged here, on the loop, so that a
-  // store call stuck in a reconnect cannot delay the verdict.
+  // Cut off from the store (a failing or hanging call): the workers keep running for the grace
+  // (a cohortd being restarted comes back), then stop as the other nodes will have dropped this
+  // one. Judged here, on the loop, so that a store call stuck in a reconnect cannot delay it.
   const auto silent = clock_.now() - last_beat_ok_;
-  if (silent > settings_.conf.liveness_timeout() && on_store_lost_) {
+  const auto grace = std::max(settings_.conf.liveness_timeout(), settings_.store_loss_grace);
+  if (silent > grace && on_store_lost_) {
     stop_keep_alive();
     on_store_lost_("this node has not reached the rendezvous store for " +
                    in_seconds(std::chrono::duration_cast<std::chrono::milliseconds>(silent)) +
-                   "; the other nodes will have dropped it");
+                   " (--store-loss-grace " + in_seconds(settings_.store_loss_grace) +
+                   "); the other nodes will have dropped it");
     return;
+  }
+  if (silent > 2 * settings_.conf.keep_alive_interval && !store_unreachable_) {
+    store_unreachable_ = true;
+    log_->warn(
+        "the rendezvous store has not answered for {}; the workers keep running while it "
+        "is retried, for up to {} (--store-loss-grace)",
+        in_seconds(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),
+        in_seconds(grace));
   }
   if (beat_in_flight_) return;
   beat_in_flight_ = true;
@@ -238,6 +274,12 @@ void ElasticJob::keep_alive_tick() {
       [this, round](std::exception_ptr err, std::vector<std::string> lost) {
         beat_in_flight_ = false;
         if (!keep_alive_on_ || round != alive_round_.round || err) return;
+        if (store_unreachable_) {
+          store_unreachable_ = false;
+          log_->warn("the rendezvous store answers again, after {}",
+                     in_seconds(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         clock_.now() - last_beat_ok_)));
+        }
         last_beat_ok_ = clock_.now();
         if (lost.empty() || lost_reported_) return;
         lost_reported_ = true;

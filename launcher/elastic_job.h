@@ -3,16 +3,18 @@
 // arrive (DynamicProtocol); keep-alives and lost-node detection while a round runs
 // (LivenessMonitor); and a fresh store for each round's workers, hosted by node rank 0.
 //
-// Hosting the endpoint: when it names this machine and nobody serves it yet, this agent hosts the
-// rendezvous store there (torchrun's c10d behaviour; rdzv-conf is_host overrides the guess); a
-// standalone cohortd already on the port wins. Port 0 ("localhost:0", torchrun's recipe for
-// stacked one-node jobs) hosts on a free port; only a one-node job can use it, since no other
-// node could learn the port.
+// Hosting the endpoint: when it names this machine and nobody serves it yet, this agent starts the
+// rendezvous store there (torchrun's c10d behaviour; rdzv-conf is_host overrides the guess), as a
+// cohortd process that every job meeting at the endpoint shares and that outlives this agent
+// (endpoint_store.h); a standalone cohortd already on the port wins. Port 0 ("localhost:0",
+// torchrun's recipe for stacked one-node jobs) hosts on a free port; only a one-node job can use
+// it, since no other node could learn the port.
 #pragma once
 
 #include <mutex>
 
 #include "dynamic_protocol.h"
+#include "endpoint_store.h"
 #include "job_rendezvous.h"
 #include "liveness_monitor.h"
 #include "rdzv_conf.h"
@@ -22,6 +24,9 @@ namespace cohort::launch {
 
 enum class ElasticStore { kCohort, kEtcd };
 
+// How long an endpoint's cohortd stays once its last client has left.
+inline constexpr std::chrono::milliseconds kEndpointStoreLinger{std::chrono::seconds(30)};
+
 struct ElasticJobSettings {
   ElasticStore store = ElasticStore::kCohort;
   int min_nodes = 1;
@@ -29,6 +34,9 @@ struct ElasticJobSettings {
   std::string endpoint;    // host:port (2379 for etcd, 29400 otherwise, when the port is absent)
   std::string local_addr;  // --local-addr: what this node advertises ("" = the route's address)
   RdzvConf conf;
+  // While the store cannot be reached, the round's workers keep running this long (at least the
+  // keep-alive timeout); peers are not judged meanwhile, nor for one keep-alive timeout after.
+  std::chrono::milliseconds store_loss_grace{std::chrono::seconds(60)};
   StoreSecurity security;
   // Tests: every store connection comes from here; no store is hosted (workers get port 0).
   StoreBridge::StoreFactory store_override;
@@ -50,6 +58,7 @@ class ElasticJob final : public JobRendezvous {
                         std::function<void(std::string)> on_store_lost) override;
   void stop_keep_alive() override;
   bool hosts_store() const override { return hosted_ != nullptr; }
+  pid_t store_process() const override { return endpoint_store_ ? endpoint_store_->pid() : -1; }
 
   const std::string& node_id() const { return node_id_; }
 
@@ -63,6 +72,7 @@ class ElasticJob final : public JobRendezvous {
   void report_lost(const std::string& node_id, int round);
 
   ElasticJobSettings settings_;
+  std::unique_ptr<EndpointStore> endpoint_store_;    // the endpoint's cohortd, when we started it
   std::unique_ptr<rdzv::StoreServerThread> hosted_;  // the rendezvous store, when we host it
   std::string advertised_;
   std::string node_id_;
@@ -77,6 +87,7 @@ class ElasticJob final : public JobRendezvous {
   bool keep_alive_on_ = false;
   bool lost_reported_ = false;
   bool beat_in_flight_ = false;
+  bool store_unreachable_ = false;  // the last keep-alive failed: peers are judged afresh after
   Clock::time_point last_beat_ok_;
   std::function<void(std::string)> on_store_lost_;
 };

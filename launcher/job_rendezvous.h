@@ -9,6 +9,8 @@
 // Thread safety: the loop's thread only; callbacks run on the loop.
 #pragma once
 
+#include <sys/types.h>
+
 #include <asio/io_context.hpp>
 #include <chrono>
 #include <exception>
@@ -57,6 +59,8 @@ class JobRendezvous {
   // True when this agent hosts the store the other nodes use: it keeps it up (exit barrier)
   // until they have read the outcome.
   virtual bool hosts_store() const = 0;
+  // A store process this agent started and must not treat as a stray child (-1: none).
+  virtual pid_t store_process() const { return -1; }
 
   // The outcome of `round`, once decided (replaces the previous watch).
   void watch_outcome(int round, std::function<void(Outcome)> on_outcome,

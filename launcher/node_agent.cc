@@ -120,6 +120,7 @@ std::unique_ptr<JobRendezvous> NodeAgent::make_rendezvous() {
   e.endpoint = c.rdzv_endpoint;
   e.local_addr = c.local_addr;
   e.conf = plan_.rdzv_conf;
+  e.store_loss_grace = c.store_loss_grace;
   e.security = security;
   e.store_override = deps_.store;
   e.advertised_override = deps_.advertised_address;
@@ -227,6 +228,7 @@ std::set<pid_t> NodeAgent::keep_pids() const {
   if (group_)
     for (pid_t p : group_->running_pids()) keep.insert(p);
   if (reaper_ && reaper_->pid() > 0) keep.insert(reaper_->pid());
+  if (rdzv_ && rdzv_->store_process() > 0) keep.insert(rdzv_->store_process());
   return keep;
 }
 

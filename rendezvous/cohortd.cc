@@ -5,10 +5,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <asio/io_context.hpp>
 #include <asio/signal_set.hpp>
+#include <asio/steady_timer.hpp>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 
 #include "cohort/base/logging.h"
 #include "cohort/error.h"
@@ -68,6 +71,11 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
                  "Seconds a client may take to finish a request it has begun (0: no limit)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  double exit_when_idle_s = 0;
+  app.add_option("--exit-when-idle", exit_when_idle_s,
+                 "Exit once no client has been connected for this many seconds (0: never)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -75,6 +83,7 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
   }
   s.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000));
   s.handshake_timeout = std::chrono::milliseconds(static_cast<int64_t>(handshake_timeout_s * 1000));
+  config->exit_when_idle = std::chrono::milliseconds(static_cast<int64_t>(exit_when_idle_s * 1000));
   try {
     s.fsync = parse_fsync_policy(fsync);
     if (!token_file.empty()) s.auth_token = auth::read_token_file(token_file);
@@ -113,6 +122,44 @@ void write_port_file(const std::string& path, uint16_t port) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot write --port-file " + path);
 }
 
+// --exit-when-idle: polls the connection count (a few times per idle period) and calls `stop` once
+// it has been 0 for the whole period.
+class IdleExit {
+ public:
+  IdleExit(asio::io_context& io, const StoreServer& server, std::chrono::milliseconds idle,
+           std::shared_ptr<spdlog::logger> log, std::function<void()> stop)
+      : server_(server), idle_(idle), timer_(io), log_(std::move(log)), stop_(std::move(stop)) {
+    if (idle_.count() <= 0) return;
+    last_busy_ = std::chrono::steady_clock::now();
+    poll();
+  }
+  ~IdleExit() { cancel(); }
+  void cancel() { timer_.cancel(); }
+
+ private:
+  void poll() {
+    const auto now = std::chrono::steady_clock::now();
+    if (server_.stats().connections > 0) last_busy_ = now;
+    if (now - last_busy_ >= idle_) {
+      log_->info("no client for {} ms (--exit-when-idle), stopping", idle_.count());
+      stop_();
+      return;
+    }
+    timer_.expires_after(std::clamp<std::chrono::milliseconds>(
+        idle_ / 4, std::chrono::milliseconds(10), std::chrono::seconds(1)));
+    timer_.async_wait([this](std::error_code ec) {
+      if (!ec) poll();
+    });
+  }
+
+  const StoreServer& server_;
+  std::chrono::milliseconds idle_;
+  asio::steady_timer timer_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::function<void()> stop_;
+  std::chrono::steady_clock::time_point last_busy_;
+};
+
 }  // namespace
 
 int run_cohortd(const CohortdConfig& config) {
@@ -129,9 +176,15 @@ int run_cohortd(const CohortdConfig& config) {
                 : "token required");
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
+  IdleExit idle(io, server, config.exit_when_idle, log, [&] {
+    std::error_code ignored;
+    signals.cancel(ignored);
+    server.stop();
+  });
   signals.async_wait([&](std::error_code ec, int sig) {
     if (ec) return;
     log->info("signal {} received, stopping", sig);
+    idle.cancel();
     server.stop();
   });
   io.run();

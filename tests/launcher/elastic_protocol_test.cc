@@ -128,7 +128,7 @@ TEST_F(ElasticProtocolTest, TooFewNodesTimeOutNamingTheMinimum) {
 TEST(LivenessMonitor, APeerWhoseCounterStopsIsLostAfterTheTimeout) {
   ManualClock clock;
   MemoryStore store(std::chrono::seconds(5), clock);
-  LivenessMonitor a("a", 10s, clock), b("b", 10s, clock);
+  LivenessMonitor a("a", 10s, 5s, clock), b("b", 10s, 5s, clock);
   const std::vector<std::string> peers{"a", "b"};
   EXPECT_TRUE(a.tick(store, peers).empty());
   EXPECT_TRUE(b.tick(store, peers).empty());
@@ -146,6 +146,28 @@ TEST(LivenessMonitor, APeerWhoseCounterStopsIsLostAfterTheTimeout) {
   EXPECT_EQ(a.tick(store, peers), std::vector<std::string>{"b"});
   a.reset();  // a new round starts every clock again
   EXPECT_TRUE(a.tick(store, peers).empty());
+}
+
+TEST(LivenessMonitor, TimeTheObserverCouldNotSeeIsForgivenEveryPeer) {
+  ManualClock clock;
+  MemoryStore store(std::chrono::seconds(5), clock);
+  LivenessMonitor a("a", 10s, 5s, clock), b("b", 10s, 5s, clock);
+  const std::vector<std::string> peers{"a", "b"};
+  EXPECT_TRUE(b.tick(store, peers).empty());
+  EXPECT_TRUE(a.tick(store, peers).empty());  // a has seen b's latest beat
+  // The store is unreachable for 40 s: nobody ticks. a's first tick after it, before b's, must not
+  // call b lost for the 40 s since a last saw b's counter move.
+  clock.advance(40s);
+  EXPECT_TRUE(a.tick(store, peers).empty());
+  clock.advance(1s);
+  EXPECT_TRUE(b.tick(store, peers).empty());
+  clock.advance(4s);
+  EXPECT_TRUE(a.tick(store, peers).empty());
+  // b stops for good: lost a timeout after a saw its last beat, as without the gap.
+  clock.advance(5s);
+  EXPECT_TRUE(a.tick(store, peers).empty());
+  clock.advance(5s);
+  EXPECT_EQ(a.tick(store, peers), std::vector<std::string>{"b"});
 }
 
 }  // namespace

@@ -3,8 +3,14 @@
 // stay apart. The same scenarios on separate network hosts are in elastic_netns_test.cc.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <regex>
 #include <set>
+#include <thread>
 
 #include "launcher_fixture.h"
 
@@ -33,9 +39,9 @@ class ElasticTest : public LauncherTest {
                                  std::vector<std::string> extra = {},
                                  const std::string& conf = kFastConf) {
     // --local-addr 127.0.0.1: every "node" of these tests runs on this machine.
-    std::vector<std::string> args{"--nnodes",       nnodes, "--nproc-per-node", "2",
-                                  "--rdzv-backend", "c10d", "--rdzv-endpoint",  endpoint_,
-                                  "--rdzv-id",      job,    "--rdzv-conf",      conf,
+    std::vector<std::string> args{"--nnodes",       nnodes,     "--nproc-per-node", "2",
+                                  "--rdzv-backend", "c10d",     "--rdzv-endpoint",  endpoint_,
+                                  "--rdzv-id",      job,        "--rdzv-conf",      conf,
                                   "--local-addr",   "127.0.0.1"};
     args.insert(args.end(), extra.begin(), extra.end());
     return cohortrun(args, test_worker(worker_args));
@@ -129,10 +135,10 @@ TEST_F(ElasticTest, CoLocatedJobsWithDifferentIdsNeverMix) {
   std::filesystem::create_directories(dir_a);
   std::filesystem::create_directories(dir_b);
   auto job = [&](const std::string& id, const std::string& out) {
-    return cohortrun({"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                      "--rdzv-endpoint", endpoint_, "--rdzv-id", id, "--rdzv-conf", kFastConf,
-                      "--local-addr", "127.0.0.1"},
-                     {"--no-python", TEST_WORKER_BIN, "--out", out, "--sleep", "0.5"});
+    return cohortrun(
+        {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+         endpoint_, "--rdzv-id", id, "--rdzv-conf", kFastConf, "--local-addr", "127.0.0.1"},
+        {"--no-python", TEST_WORKER_BIN, "--out", out, "--sleep", "0.5"});
   };
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int i = 0; i < 2; ++i) {
@@ -175,6 +181,75 @@ TEST_F(ElasticTest, AnAgentHostsTheStoreWhenNoDaemonServesTheEndpoint) {
     EXPECT_EQ(WEXITSTATUS(*st), 0) << p->read_all_stderr(1s);
   }
   EXPECT_EQ(ranks_of(0).size(), 4u);
+}
+
+TEST_F(ElasticTest, AJobOutlastsTheJobWhoseAgentStartedTheSharedEndpoint) {
+  store_.reset();  // no cohortd: the first agent starts the endpoint's store
+  endpoint_ = "127.0.0.1:" + std::to_string(free_port());
+  std::string dir_a = dir_ + "/a", dir_b = dir_ + "/b";
+  std::filesystem::create_directories(dir_a);
+  std::filesystem::create_directories(dir_b);
+  auto job = [&](const std::string& id, const std::string& nnodes, const std::string& out,
+                 const std::string& sleep) {
+    return std::make_unique<Subprocess>(cohortrun(
+        {"--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+         endpoint_, "--rdzv-id", id, "--rdzv-conf", kFastConf, "--local-addr", "127.0.0.1"},
+        {"--no-python", TEST_WORKER_BIN, "--out", out, "--sleep", sleep}));
+  };
+  auto a = job("jobA", "1", dir_a, "0.5");
+  ASSERT_TRUE(wait_for([&] { return exists(dir_a + "/0.attempt0.env"); }, 30s))
+      << a->read_all_stderr(1s);
+  auto b0 = job("jobB", "2", dir_b, "4");
+  auto b1 = job("jobB", "2", dir_b, "4");
+  ASSERT_TRUE(wait_for([&] { return exists(dir_b + "/1.attempt0.env"); }, 30s));
+  // Job A ends while B runs: B's rendezvous store was never inside A's agent.
+  auto st = a->wait(30s);
+  ASSERT_TRUE(st);
+  const std::string err_a = a->read_all_stderr(1s);
+  EXPECT_EQ(WEXITSTATUS(*st), 0) << err_a;
+  for (auto* p : {b0.get(), b1.get()}) {
+    auto sb = p->wait(60s);
+    ASSERT_TRUE(sb);
+    EXPECT_EQ(WEXITSTATUS(*sb), 0) << p->read_all_stderr(1s);
+  }
+  EXPECT_FALSE(exists(dir_b + "/0.attempt1.env"));  // B was not restarted either
+}
+
+TEST_F(ElasticTest, TheSurvivorFinishesWhenTheAgentThatStartedTheStoreIsKilled) {
+  store_.reset();
+  endpoint_ = "127.0.0.1:" + std::to_string(free_port());
+  const std::vector<std::string> budget{"--max-restarts", "1"};
+  auto a0 = std::make_unique<Subprocess>(agent("1:2", "host-killed", {"--sleep", "3"}, budget));
+  ASSERT_TRUE(wait_for([&] { return !ranks_of(0).empty(); }, 30s));
+  auto a1 = std::make_unique<Subprocess>(agent("1:2", "host-killed", {"--sleep", "3"}, budget));
+  // The late node re-forms the group with both nodes (ranks 2 and 3 appear).
+  ASSERT_TRUE(wait_for([&] { return ranks_of(0).size() == 4; }, 30s)) << a1->read_all_stderr(1s);
+  a0->signal(SIGKILL);  // the agent that started the endpoint's cohortd
+  ASSERT_TRUE(a0->wait(5s));
+  auto st = a1->wait(60s);
+  ASSERT_TRUE(st) << a1->read_all_stderr(1s);
+  const std::string err = a1->read_all_stderr(1s);
+  EXPECT_EQ(WEXITSTATUS(*st), 0) << err;
+  EXPECT_NE(err.find("lost: no keep-alive"), std::string::npos) << err;
+}
+
+TEST(EndpointCohortd, ExitsOnlyOnceNoClientHasBeenConnectedForItsIdleTime) {
+  Subprocess d({COHORTD_BIN, "--host", "127.0.0.1", "--port", "0", "--exit-when-idle", "0.5"});
+  auto line = d.read_line(10s);
+  ASSERT_TRUE(line);
+  const int port = std::stoi(line->substr(line->rfind(':') + 1));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  // Four idle periods with a client connected: still serving.
+  EXPECT_FALSE(d.wait(2s)) << "cohortd left while a client was connected";
+  ::close(fd);
+  auto st = d.wait(10s);
+  ASSERT_TRUE(st) << "cohortd did not exit once idle";
+  EXPECT_EQ(WEXITSTATUS(*st), 0);
 }
 
 TEST_F(ElasticTest, TooFewNodesTimesOutWithTheReason) {
@@ -254,6 +329,46 @@ TEST_F(ElasticStoreCrashTest, TrainingCarriesOnAcrossAStoreCrash) {
   // The workers were never restarted: one round, restart count 0.
   EXPECT_FALSE(exists(worker_file(0, 1, "env")));
   for (auto& [r, ws] : ranks_of(0)) EXPECT_EQ(worker_env(r, 0)["TORCHELASTIC_RESTART_COUNT"], "0");
+}
+
+TEST_F(ElasticStoreCrashTest, WorkersKeepRunningThroughTenSecondsWithoutTheStore) {
+  // Keep-alives notice a silent peer in 1.5 s; the store is gone for 10 s; the grace covers it.
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 2; ++i)
+    agents.push_back(std::make_unique<Subprocess>(agent(
+        "2", "grace", {"--sleep", "12"}, {"--store-loss-grace", "30"}, kFastConf + ",is_host=0")));
+  ASSERT_TRUE(wait_for([&] { return ranks_of(0).size() == 4; }, 30s));
+  store_->signal(SIGKILL);
+  ASSERT_TRUE(store_->wait(5s));
+  std::this_thread::sleep_for(10s);  // the outage itself, not a wait for a condition
+  start_store();
+  for (auto& a : agents) {
+    auto st = a->wait(60s);
+    ASSERT_TRUE(st);
+    const std::string err = a->read_all_stderr(1s);
+    EXPECT_EQ(WEXITSTATUS(*st), 0) << err;
+    EXPECT_NE(err.find("the workers keep running"), std::string::npos) << err;
+  }
+  // The workers were never stopped: one attempt, restart count 0.
+  EXPECT_FALSE(exists(worker_file(0, 1, "env")));
+  for (auto& [r, ws] : ranks_of(0)) EXPECT_EQ(worker_env(r, 0)["TORCHELASTIC_RESTART_COUNT"], "0");
+}
+
+TEST_F(ElasticStoreCrashTest, AStoreThatStaysLostStopsTheWorkersAfterTheGrace) {
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 2; ++i)
+    agents.push_back(std::make_unique<Subprocess>(agent(
+        "2", "lost", {"--sleep", "120"}, {"--store-loss-grace", "3"}, kFastConf + ",is_host=0")));
+  ASSERT_TRUE(wait_for([&] { return ranks_of(0).size() == 4; }, 30s));
+  store_->signal(SIGKILL);
+  ASSERT_TRUE(store_->wait(5s));
+  for (auto& a : agents) {
+    auto st = a->wait(30s);  // 3 s of grace, then the workers' stop; far less than their 120 s
+    ASSERT_TRUE(st) << "an agent outlived its --store-loss-grace";
+    const std::string err = a->read_all_stderr(1s);
+    EXPECT_NE(WEXITSTATUS(*st), 0) << err;
+    EXPECT_NE(err.find("--store-loss-grace 3 s"), std::string::npos) << err;
+  }
 }
 
 }  // namespace

@@ -86,6 +86,9 @@ struct LaunchConfig {
   // Once one node's workers have all succeeded, how long the others may still run (srun -W);
   // nullopt: the exit barrier timeout; 0: no bound.
   std::optional<std::chrono::milliseconds> wait_after_first_exit;
+  // Elastic jobs: how long the workers keep running while this agent cannot reach the rendezvous
+  // store (a cohortd being restarted); past it, they are stopped as for a lost node.
+  std::chrono::milliseconds store_loss_grace{std::chrono::seconds(60)};
   bool sweep_orphans = true;
   // The store's token (cohortd's HMAC handshake): hosted stores require it, agents and
   // libcohort workers present it; PyTorch workers cannot, so they connect from

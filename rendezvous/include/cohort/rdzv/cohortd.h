@@ -2,6 +2,7 @@
 // in-process; cohortd_main.cc only calls it.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "cohort/rdzv/server.h"
@@ -11,6 +12,10 @@ namespace cohort::rdzv {
 struct CohortdConfig {
   StoreServerOptions server;
   std::string port_file;  // when set, "<port>\n" is written there (atomically) once listening
+  // When more than 0: exit once no client has been connected for this long (from the start, or
+  // from the last disconnection). What cohortrun uses for a c10d endpoint's store, which serves
+  // every job meeting there and must not outlive them all.
+  std::chrono::milliseconds exit_when_idle{0};
 };
 
 // Parses cohortd's command line into *config. Returns -1 to go on, else an exit status (0 after
