@@ -16,8 +16,6 @@
 #include "cohort/base/net.h"
 #include "cohort/error.h"
 
-extern char** environ;
-
 namespace cohort::launch {
 namespace {
 
@@ -138,8 +136,15 @@ std::unique_ptr<EndpointStore> EndpointStore::start(const std::string& listen_ho
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setflags(&attr,
                            POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // Not this job's environment: the store outlives the job and belongs to none.
+  std::vector<std::string> env_strings;
+  for (const char* name : {"PATH", "TMPDIR", "HOME", "LANG", "COHORT_LOG_LEVEL", "LOGLEVEL"})
+    if (const char* v = std::getenv(name)) env_strings.push_back(std::string(name) + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  const int err = ::posix_spawn(&pid, cohortd.c_str(), &files, &attr, argv.data(), environ);
+  const int err = ::posix_spawn(&pid, cohortd.c_str(), &files, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&files);
   posix_spawnattr_destroy(&attr);
   ::close(out[1]);

@@ -6,7 +6,8 @@
 // ends or its agent dies. So the first agent starts `cohortd --exit-when-idle` beside itself (the
 // cohortd next to the cohortrun executable), in a session of its own so that a Ctrl-C or a
 // signal to that job's process group spares it; it serves every job meeting there and exits once
-// no client has been connected for the linger time. Its log goes to a file named at start.
+// no client has been connected for the linger time. Its log goes to a file named at start; it gets
+// none of the job's environment.
 #pragma once
 
 #include <sys/types.h>

@@ -274,6 +274,104 @@ def store_kill(ctx):
                "both agents exit 0 without restarting the workers" + ("" if ok else ": " + errs[-300:]))
 
 
+FAST_CONF = "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=3"
+
+
+def elastic_agent(ctx, port, nnodes, run_id, out, sleep, extra=(), conf=FAST_CONF):
+    return subprocess.Popen([ctx.path("cohortrun"), "--nnodes", nnodes, "--nproc-per-node", "1",
+                             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                             "--local-addr", "127.0.0.1", "--rdzv-id", run_id, "--rdzv-conf", conf,
+                             *extra, "--no-python", ctx.path("cohort_test_worker"), "--out", out,
+                             "--sleep", str(sleep)],
+                            env=ctx.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def wait_until(cond, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not cond():
+        time.sleep(0.02)
+    return cond()
+
+
+@scenario("cohortd down for 10 s during a job, then restarted", "store")
+def store_outage(ctx):
+    port = free_port()
+    data = os.path.join(ctx.dir, "store")
+
+    def start_store():
+        s = subprocess.Popen([ctx.path("cohortd"), "--host", "127.0.0.1", "--port", str(port),
+                              "--data-dir", data], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, env=ctx.env())
+        s.stdout.readline()
+        return s
+    store = start_store()
+    # Keep-alives that notice a silent peer in 1.5 s; the outage is far longer.
+    agents = [elastic_agent(ctx, port, "2", ctx.tag, ctx.dir, 14, ["--store-loss-grace", "30"],
+                            FAST_CONF + ",is_host=0") for _ in range(2)]
+    wait_until(lambda: ctx.mtime(0, 0) and ctx.mtime(1, 0))
+    store.kill()
+    store.wait()
+    time.sleep(10)  # the outage
+    store = start_store()
+    rcs = [a.wait(timeout=60) for a in agents]
+    errs = "".join(a.stderr.read() for a in agents)
+    store.send_signal(signal.SIGTERM)
+    store.wait()
+    restarted = ctx.mtime(0, 1, "env") is not None
+    ok = rcs == [0, 0] and not restarted
+    left = ctx.wait_clean()
+    return row(None, summary_line(errs, "workers keep running"),
+               "yes, no restart" if ok else f"no ({rcs})", left, ok and left == "nothing",
+               "--store-loss-grace 30: both agents exit 0 without restarting the workers" +
+               ("" if ok else ": " + errs[-300:]))
+
+
+@scenario("agent that started the c10d endpoint's store killed", "launcher")
+def endpoint_host_kill(ctx):
+    port = free_port()  # nobody serves it: the first agent starts its cohortd
+    extra = ["--max-restarts", "1"]
+    first = elastic_agent(ctx, port, "1:2", ctx.tag, ctx.dir, 3, extra)
+    wait_until(lambda: ctx.mtime(0, 0))
+    second = elastic_agent(ctx, port, "1:2", ctx.tag, ctx.dir, 3, extra)
+    wait_until(lambda: ctx.mtime(1, 0))
+    first.kill()
+    first.wait()
+    t0 = time.time()
+    rc = second.wait(timeout=60)
+    back = ctx.mtime(0, 1, "env")
+    err = second.stderr.read()
+    ok = rc == 0 and back is not None
+    left = ctx.wait_clean()
+    return row(back - t0 if back else None, summary_line(err, "lost: no keep-alive"),
+               "yes (1 survivor, restart 1)" if ok else f"no ({rc})", left,
+               ok and left == "nothing",
+               "the endpoint's store is a cohortd of its own: the survivor re-forms and finishes" +
+               ("" if ok else ": " + err[-300:]))
+
+
+@scenario("a job ends while another job runs on its c10d endpoint", "launcher")
+def endpoint_shared(ctx):
+    port = free_port()
+    dir_a, dir_b = os.path.join(ctx.dir, "a"), os.path.join(ctx.dir, "b")
+    os.makedirs(dir_a)
+    os.makedirs(dir_b)
+    a = elastic_agent(ctx, port, "1", ctx.tag + "a", dir_a, 0.5)
+    wait_until(lambda: os.path.exists(os.path.join(dir_a, "0.attempt0.env")))
+    b = [elastic_agent(ctx, port, "2", ctx.tag + "b", dir_b, 4) for _ in range(2)]
+    wait_until(lambda: os.path.exists(os.path.join(dir_b, "1.attempt0.env")))
+    rc_a = a.wait(timeout=60)
+    rcs = [p.wait(timeout=60) for p in b]
+    errs = "".join(p.stderr.read() for p in [a, *b])
+    ok = rc_a == 0 and rcs == [0, 0]
+    left = ctx.wait_clean()
+    return row(None, "both jobs exit 0" if ok else summary_line(errs, "store"),
+               "n/a (nothing lost)" if ok else f"no ({rc_a}, {rcs})", left,
+               ok and left == "nothing",
+               "job B's rendezvous store is not inside job A's agent: both exit 0" +
+               ("" if ok else ": " + errs[-300:]))
+
+
 # ---- network (namespaces) -----------------------------------------------------------------------------
 
 NET_ENV = dict(COHORT_NETNS_PREFIX="cft", COHORT_NETNS_SUBNET="10.75.0", COHORT_NETNS_NODES="4")
@@ -298,7 +396,7 @@ def net_job(ctx, fault, conf="last_call_timeout=0.5,keep_alive_interval=0.5,keep
                                     "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend",
                                     "c10d", "--rdzv-endpoint", "10.75.0.4:29400", "--rdzv-id",
                                     ctx.tag, "--rdzv-conf", conf, "--max-restarts", "2",
-                                    "--no-python", ctx.path("cohort_test_worker"), "--out", ctx.dir,
+                                    "--store-loss-grace", "3", "--no-python", ctx.path("cohort_test_worker"), "--out", ctx.dir,
                                     "--sleep", "5"], env=ctx.env(), stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True) for i in (1, 2, 3)]
         deadline = time.monotonic() + 30

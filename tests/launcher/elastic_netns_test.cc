@@ -112,7 +112,10 @@ class ElasticNetnsTest : public LauncherTest, public ::testing::WithParamInterfa
                                   "--rdzv-conf",
                                   kFastConf,
                                   "--max-restarts",
-                                  "2"};
+                                  "2",
+                                  // A node cut off from the store stops its workers after 3 s.
+                                  "--store-loss-grace",
+                                  "3"};
     argv.insert(argv.end(), entry.begin(), entry.end());
     env.push_back("PYTHON_EXEC=" COHORT_TORCH_PYTHON);
     env.push_back("GLOO_SOCKET_IFNAME=eth0");
