@@ -353,6 +353,21 @@ const std::vector<Flag>& flags() {
         [](LaunchConfig& c, const std::string& v) {
           c.wait_after_first_exit = seconds_value("--wait-after-first-exit", v);
         });
+    own("--devices", "LIST",
+        "GPUs for the local ranks, in order (2,5): workers see them as CUDA_VISIBLE_DEVICES, so "
+        "LOCAL_RANK i selects the i-th; COHORT_DEVICE names each worker's own (with "
+        "--virtual-local-rank, the only one it sees); --nproc-per-node defaults to their number",
+        [](LaunchConfig& c, const std::string& v) {
+          c.devices.clear();
+          std::stringstream ss(v);
+          for (std::string item; std::getline(ss, item, ',');) {
+            if (item.empty() || item.find_first_of(" \t") != std::string::npos)
+              bad("--devices",
+                  "takes a comma-separated list of device indices or UUIDs (got '" + v + "')");
+            c.devices.push_back(item);
+          }
+          if (c.devices.empty()) bad("--devices", "needs at least one device");
+        });
     own("--store-loss-grace", "SECONDS",
         "Elastic jobs: how long workers keep running while the rendezvous store cannot be "
         "reached (a cohortd restarting), before they are stopped as for a lost node (default "

@@ -110,6 +110,15 @@ int usable_cores(const EnvMap& env) {
 
 }  // namespace
 
+void apply_devices(LaunchConfig* config, EnvMap* env) {
+  if (config->devices.empty()) return;
+  std::string list;
+  for (const auto& d : config->devices) list += (list.empty() ? "" : ",") + d;
+  (*env)["CUDA_VISIBLE_DEVICES"] = list;
+  if (!config->given.contains("--nproc-per-node"))
+    config->nproc_per_node = std::to_string(config->devices.size());
+}
+
 JobPlan make_plan(LaunchConfig config, const EnvMap& env) {
   JobPlan p;
   if (config.slurm) apply_slurm(&config, env, &p.notes);
@@ -117,6 +126,12 @@ JobPlan make_plan(LaunchConfig config, const EnvMap& env) {
   for (auto& n : config.notes) p.notes.push_back(n);
   config.notes.clear();
   p.nproc = resolve_nproc_per_node(config.nproc_per_node, env);
+  if (!config.devices.empty() && p.nproc > static_cast<int>(config.devices.size())) {
+    throw UsageError("--nproc-per-node " + config.nproc_per_node + " starts " +
+                     std::to_string(p.nproc) + " workers, but --devices names only " +
+                     std::to_string(config.devices.size()) +
+                     "; name a device for each worker, or start fewer");
+  }
   p.rdzv_conf = parse_rdzv_conf(config.rdzv_conf);
   p.host = hostname();
   p.command = build_worker_command(config, env);

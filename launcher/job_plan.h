@@ -39,4 +39,9 @@ struct JobPlan {
 // Throws UsageError (a flag or combination that cannot work) or IoError (the log directory).
 JobPlan make_plan(LaunchConfig config, const EnvMap& env);
 
+// --devices: sets CUDA_VISIBLE_DEVICES in *env to the list (so that LOCAL_RANK i selects its i-th
+// device), and --nproc-per-node to its length unless given. make_plan() refuses more workers than
+// devices.
+void apply_devices(LaunchConfig* config, EnvMap* env);
+
 }  // namespace cohort::launch

@@ -132,6 +132,7 @@ GroupSpec make_group_spec(const JobPlan& plan, const EnvMap& env, const RankAssi
                     (it != env.end() && !it->second.empty() ? ":" + it->second : std::string()));
       }
     }
+    if (!c.devices.empty()) set_env(&w.request.env, "COHORT_DEVICE", c.devices[lr]);
     if (c.virtual_local_rank) {
       // torchrun 2.x: LOCAL_RANK 0, and only the worker's own GPU visible, as device 0.
       auto it = env.find("CUDA_VISIBLE_DEVICES");

@@ -34,6 +34,28 @@ TEST_F(LauncherTest, VirtualLocalRankGivesEachWorkerItsOwnDeviceAsZero) {
   EXPECT_EQ(worker_env(1, 0)["CUDA_VISIBLE_DEVICES"], "3,5");
 }
 
+TEST_F(LauncherTest, DevicesChooseTheGpusAndTheWorkerCount) {
+  // Two devices: two workers; the list is what they see, in that order, and each knows its own.
+  auto r = run(cohortrun({"--devices", "2,5"}, test_worker({})), {"CUDA_VISIBLE_DEVICES=0,1,2,5"});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  for (int rank : {0, 1}) {
+    auto env = worker_env(rank, 0);
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(rank));
+    EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "2,5");
+    EXPECT_EQ(env["COHORT_DEVICE"], rank == 0 ? "2" : "5");
+  }
+  EXPECT_FALSE(exists(worker_file(2, 0, "env")));
+  // With --virtual-local-rank each sees only its own, as device 0.
+  auto v = run(cohortrun({"--devices", "4,7", "--virtual-local-rank"}, test_worker({})));
+  ASSERT_EQ(v.exit_code(), 0) << v.err;
+  EXPECT_EQ(worker_env(1, 0)["CUDA_VISIBLE_DEVICES"], "7");
+  EXPECT_EQ(worker_env(1, 0)["LOCAL_RANK"], "0");
+  // More workers than devices is refused up front, naming both.
+  auto bad = run(cohortrun({"--devices", "2,5", "--nproc-per-node", "3"}, test_worker({})));
+  EXPECT_EQ(bad.exit_code(), 2) << bad.err;
+  EXPECT_NE(bad.err.find("--devices names only 2"), std::string::npos) << bad.err;
+}
+
 TEST_F(LauncherTest, ConsoleEventLogHandlerPrintsTorchrunsEvents) {
   auto r = run(
       cohortrun({"--nproc-per-node", "2", "--event-log-handler", "console", "--max-restarts", "0"},

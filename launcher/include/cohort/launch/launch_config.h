@@ -36,6 +36,9 @@ struct LaunchConfig {
   int min_nodes = 1;  // --nnodes N or MIN:MAX
   int max_nodes = 1;
   std::string nproc_per_node = "1";  // N, cpu, gpu, xpu or auto; resolved by the launcher
+  // --devices: the GPUs of the local ranks, in order; every worker sees them as
+  // CUDA_VISIBLE_DEVICES and gets its own as COHORT_DEVICE.
+  std::vector<std::string> devices;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
