@@ -1,6 +1,7 @@
 #include "failure_report.h"
 
 #include <algorithm>
+#include <cctype>
 #include <ctime>
 #include <sstream>
 
@@ -41,9 +42,37 @@ void block(std::ostringstream& os, const WorkerFailure& f) {
   os << "  traceback : " << indent_lines(trace.empty() ? "<N/A>" : trace, 2) << "\n";
 }
 
+// "1, 3, 5-9": ranks as a short list.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::ostringstream os;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    os << (i ? ", " : "") << ranks[i];
+    if (j > i) os << (j == i + 1 ? ", " : "-") << ranks[j];
+    i = j + 1;
+  }
+  return os.str();
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 }  // namespace
 
-std::string format_failure_report(const std::string& title, std::vector<WorkerFailure> failures) {
+bool is_timeout(const WorkerFailure& f) {
+  for (const std::string* text : {&f.reason, &f.message, &f.traceback}) {
+    const std::string t = lower(*text);
+    for (const char* word : {"timed out", "timeout", "deadline exceeded"})
+      if (t.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string format_failure_report(const std::string& title, std::vector<WorkerFailure> failures,
+                                  int world_size) {
   // The root cause is the earliest; the others follow in rank order, as torchrun lists them.
   auto root = std::min_element(
       failures.begin(), failures.end(),
@@ -63,6 +92,24 @@ std::string format_failure_report(const std::string& title, std::vector<WorkerFa
   }
   os << dash << "\nRoot Cause (first observed failure):\n";
   block(os, first);
+  if (world_size > 0 && is_timeout(first)) {
+    std::vector<bool> failed(static_cast<size_t>(world_size), false);
+    auto mark = [&](const WorkerFailure& f) {
+      if (f.global_rank >= 0 && f.global_rank < world_size)
+        failed[static_cast<size_t>(f.global_rank)] = true;
+    };
+    mark(first);
+    for (const auto& f : failures) mark(f);
+    std::vector<int> alive;
+    for (int r = 0; r < world_size; ++r)
+      if (!failed[static_cast<size_t>(r)]) alive.push_back(r);
+    if (!alive.empty()) {
+      os << dash << "\nRank " << first.global_rank
+         << " timed out waiting; these ranks had not failed (a rank that was late or hung is "
+            "among them):\n  "
+         << rank_list(alive) << "\n";
+    }
+  }
   os << eq << "\n";
   return os.str();
 }

@@ -18,7 +18,9 @@
 //   ============================================================
 //
 // The root cause is the earliest failure across the job; the others follow in rank order. Each
-// block is labelled with its global rank.
+// block is labelled with its global rank. When the root cause is a timeout (a rendezvous, a
+// barrier, a collective), the ranks of the world that had not failed are named after it: the
+// rank that was late, or hung, is among them, and the rank that timed out only waited for it.
 #pragma once
 
 #include <string>
@@ -28,7 +30,11 @@
 
 namespace cohort::launch {
 
-// REQUIRES: !failures.empty().
-std::string format_failure_report(const std::string& title, std::vector<WorkerFailure> failures);
+// REQUIRES: !failures.empty(). `world_size` 0: unknown (no ranks are named).
+std::string format_failure_report(const std::string& title, std::vector<WorkerFailure> failures,
+                                  int world_size = 0);
+
+// Whether a failure's words say it timed out waiting ("timed out", "timeout", "deadline").
+bool is_timeout(const WorkerFailure& f);
 
 }  // namespace cohort::launch

@@ -490,7 +490,7 @@ void NodeAgent::report(const action::Finish& f, std::vector<WorkerFailure> failu
                          2s);
     return;
   }
-  std::string text = format_failure_report(plan_.command.title, failures);
+  std::string text = format_failure_report(plan_.command.title, failures, assignment_.world_size);
   // A missing module usually means the wrong interpreter: say which one ran.
   const bool missing_module = std::any_of(failures.begin(), failures.end(), [](const auto& w) {
     return w.traceback.find("ModuleNotFoundError") != std::string::npos ||

@@ -103,6 +103,18 @@ TEST_F(LauncherTest, SegfaultIsNamedInTheSummary) {
   EXPECT_NE(r.err.find("rank      : 1 (local_rank: 1)"), std::string::npos) << r.err;
 }
 
+TEST_F(LauncherTest, ARankThatTimedOutWaitingNamesTheRanksThatHadNotFailed) {
+  // Rank 2 times out waiting (as PyTorch's store says it); ranks 0, 1 and 3 are still busy.
+  auto r = run(cohortrun({"--nproc-per-node", "4"},
+                         test_worker({"--exit-code", "1", "--on-rank", "2", "--stderr",
+                                      "RuntimeError: Wait timeout after 10000ms, keys: rank_3",
+                                      "--sleep", "60"})));
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_NE(r.err.find("Rank 2 timed out waiting; these ranks had not failed"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("among them):\n  0, 1, 3\n"), std::string::npos) << r.err;
+}
+
 TEST_F(LauncherTest, SigkilledWorkerIsNamedInTheSummary) {
   auto r = run(cohortrun({"--nproc-per-node", "2"},
                          test_worker({"--signal", "KILL", "--on-rank", "0", "--sleep", "60"})));

@@ -46,6 +46,20 @@ TEST(FailureReport, SingleFailureSaysNoOtherFailures) {
   EXPECT_NE(r.find("Failures:\n  <NO_OTHER_FAILURES>\n"), std::string::npos);
 }
 
+TEST(FailureReport, ATimeoutNamesTheRanksThatHadNotFailed) {
+  WorkerFailure waited = make(0, 100, 1);
+  waited.message = "RuntimeError: Wait timeout after 10000ms, keys: /default_pg/0//cpu//1";
+  WorkerFailure also = make(4, 101, 1);
+  std::string r = format_failure_report("train.py", {waited, also}, 8);
+  EXPECT_NE(r.find("Rank 0 timed out waiting; these ranks had not failed (a rank that was late "
+                   "or hung is among them):\n  1-3, 5-7\n"),
+            std::string::npos)
+      << r;
+  // Not a timeout: nobody else is named.
+  EXPECT_EQ(format_failure_report("t", {make(0, 1, 1)}, 8).find("had not failed"),
+            std::string::npos);
+}
+
 // Found by fuzz_error_file: a traceback cut inside a UTF-8 sequence made the failure's trip
 // through the store throw (nlohmann::json refuses to write invalid UTF-8).
 TEST(FailureReport, InvalidUtf8InATracebackSurvivesTheTripThroughTheStore) {

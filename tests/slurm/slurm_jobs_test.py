@@ -1,6 +1,7 @@
 """cohort under a real Slurm cluster (scripts/cluster/slurm_up.sh: munge, slurmctld and two slurmd
 "nodes" on this machine): each example job script of scripts/slurm submitted with sbatch, a job
-whose rank fails, and a preemption notice that makes the trainer checkpoint.
+whose rank fails, a finished node bounding how long it waits for a hung one, and a preemption
+notice that makes the trainer checkpoint.
 
 Usage: slurm_jobs_test.py BUILD_BIN_DIR SOURCE_DIR   (the cluster must be up: ctest's fixture)"""
 import glob
@@ -104,6 +105,26 @@ srun --kill-on-bad-exit=1 {BIN}/cohortrun --slurm --nproc-per-node 2 --no-python
         # first, or 143 when --kill-on-bad-exit's SIGTERM reaches it first (a race that a slow,
         # sanitized build loses). Either is right; 0 or a crash is not.
         self.assertRegex(state, r"ExitCode=(1|143):0\s")
+
+    def test_a_finished_node_does_not_wait_forever_for_a_hung_one(self):
+        # Rank 2 (node 1) hangs; node 0's workers finish at once. --wait-after-first-exit (srun
+        # -W's idea) bounds how long the job waits for the rest, so the allocation is released.
+        script = f"{self.dir}/straggler.sbatch"
+        with open(script, "w") as f:
+            f.write(f"""#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=2
+srun --kill-on-bad-exit=1 {BIN}/cohortrun --slurm --nproc-per-node 2 --wait-after-first-exit 3 \\
+  --no-python {BIN}/cohort_test_worker --hang --on-rank 2
+""")
+        t0 = time.monotonic()
+        job, rc = self.submit(script, timeout=120)
+        took = time.monotonic() - t0
+        out = self.output(job)
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("(--wait-after-first-exit)", out)
+        self.assertLess(took, 90, out)  # a bound, not a timing: without it the job never ends
 
     def test_preemption_notice_makes_the_trainer_checkpoint(self):
         ckpt = f"{self.dir}/ckpt"
