@@ -1,15 +1,18 @@
 """torchrun's own agents (this interpreter's PyTorch, 1.13 or 2.x) with cohortd as their c10d
 rendezvous store, outside every node's failure domain: two agents of one node each form a round
-and run a gloo job; a third agent with another --rdzv-id in the same store forms its own job.
+and run a gloo job; a third agent with another --rdzv-id in the same store forms its own job; and
+of two nodes running, one is killed: the survivor re-forms alone through cohortd and finishes.
 Usage: torchrun_on_cohortd.py COHORTD_BINARY"""
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import torch
 
-from cohort_testlib import Cohortd, env_with
+from cohort_testlib import Cohortd, env_with, wait_until
 
 COHORTD = sys.argv.pop(1) if len(sys.argv) > 1 else "build/bin/cohortd"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,6 +32,18 @@ def agent(port, run_id, nnodes):
         stderr=subprocess.STDOUT, text=True)
 
 
+def elastic_agent(port, run_id, mark_dir):
+    # Fast keep-alives and last call, so that a lost node is dropped within seconds.
+    conf = "keep_alive_interval=1,keep_alive_max_attempt=2,last_call_timeout=1"
+    return subprocess.Popen(
+        [TORCHRUN, "--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+         f"--rdzv_endpoint=127.0.0.1:{port}", f"--rdzv_id={run_id}", f"--rdzv_conf={conf}",
+         "--max_restarts=2", "--monitor_interval=0.2", "-r", "1", "-t", "1",
+         os.path.join(HERE, "steps_worker.py")],
+        env=env_with(OMP_NUM_THREADS=1, LOGLEVEL="WARNING", MARK_DIR=mark_dir, STEPS=60),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
 class TorchrunOnCohortd(unittest.TestCase):
     def test_agents_form_rounds_through_cohortd(self):
         with Cohortd(COHORTD) as server:
@@ -42,6 +57,32 @@ class TorchrunOnCohortd(unittest.TestCase):
             self.assertIn("rank 1/2: allreduce ok", joined)
             self.assertIn("rank 0/1: allreduce ok", outs[2])
             print(f"torch {torch.__version__}: two 2-node rounds on cohortd, ok")
+
+    def test_the_survivor_of_a_lost_node_finishes_through_cohortd(self):
+        mark = tempfile.mkdtemp(prefix="cohort_torchrun_")
+        with Cohortd(COHORTD) as server:
+            a = elastic_agent(server.port, "lossy", mark)
+            b = elastic_agent(server.port, "lossy", mark)
+            marks = lambda: sorted(os.listdir(mark))
+            wait_until(lambda: {"lossy.0.0", "lossy.1.0"} <= set(marks()), 120,
+                       "both nodes' workers running")
+            # The node of rank 1 is lost: its agent (the worker's parent) and its worker killed.
+            with open(os.path.join(mark, "lossy.1.0")) as f:
+                worker = int(f.read())
+            with open(f"/proc/{worker}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            victim, survivor = (a, b) if parent == a.pid else (b, a)
+            self.assertEqual(parent, victim.pid, "rank 1's worker is not a child of an agent")
+            os.killpg(victim.pid, signal.SIGKILL)
+            try:
+                os.kill(worker, signal.SIGKILL)  # in a session of its own, under some PyTorch
+            except ProcessLookupError:
+                pass
+            out = survivor.communicate(timeout=180)[0]
+            victim.communicate()
+            self.assertEqual(survivor.returncode, 0, out)
+            self.assertRegex(out, r"rank 0/1: steps ok after restart [12]")
+            print(f"torch {torch.__version__}: the survivor re-formed alone on cohortd, ok")
 
 
 if __name__ == "__main__":
