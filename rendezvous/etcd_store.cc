@@ -1,6 +1,7 @@
 #include "cohort/rdzv/etcd_store.h"
 
 #include <curl/curl.h>
+#include <dlfcn.h>
 
 #include <cmath>
 #include <functional>
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "cohort/base/net.h"
+#include "cohort/error.h"
 #include "etcd_json.h"
 
 namespace cohort {
@@ -18,9 +20,46 @@ using Clock = std::chrono::steady_clock;
 using etcd::base64_encode;
 using nlohmann::json;
 
-void global_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+// libcurl, opened on first use rather than linked: linking would load its two dozen libraries
+// (GnuTLS, Kerberos, LDAP, ...) into every cohortrun at start, about 5 ms of each launch, for a
+// backend that most jobs never use.
+struct CurlApi {
+  CURLcode (*global_init)(long flags);
+  CURL* (*easy_init)();
+  void (*easy_cleanup)(CURL* handle);
+  CURLcode (*easy_setopt)(CURL* handle, CURLoption option, ...);
+  CURLcode (*easy_perform)(CURL* handle);
+  CURLcode (*easy_getinfo)(CURL* handle, CURLINFO info, ...);
+  const char* (*easy_strerror)(CURLcode code);
+};
+
+template <typename Fn>
+void bind(void* lib, const char* name, Fn* fn) {
+  *fn = reinterpret_cast<Fn>(::dlsym(lib, name));
+  if (*fn == nullptr) throw IoError(std::string("etcd backend: libcurl lacks ") + name);
+}
+
+// Throws IoError when libcurl cannot be loaded (then every later call tries again).
+const CurlApi& curl() {
+  static const CurlApi api = [] {
+    void* lib = ::dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      throw IoError(std::string("--rdzv-backend etcd needs libcurl (Debian: apt-get install "
+                                "libcurl4): ") +
+                    ::dlerror());
+    }
+    CurlApi a{};
+    bind(lib, "curl_global_init", &a.global_init);
+    bind(lib, "curl_easy_init", &a.easy_init);
+    bind(lib, "curl_easy_cleanup", &a.easy_cleanup);
+    bind(lib, "curl_easy_setopt", &a.easy_setopt);
+    bind(lib, "curl_easy_perform", &a.easy_perform);
+    bind(lib, "curl_easy_getinfo", &a.easy_getinfo);
+    bind(lib, "curl_easy_strerror", &a.easy_strerror);
+    a.global_init(CURL_GLOBAL_DEFAULT);
+    return a;
+  }();
+  return api;
 }
 
 // Tells a transfer to stop: the store was interrupted, or its owner abandons it.
@@ -65,11 +104,10 @@ std::string prefix_end(std::string prefix) {
 class EtcdStore::Http {
  public:
   Http() {
-    global_init();
-    curl_ = curl_easy_init();
+    curl_ = curl().easy_init();
     if (curl_ == nullptr) throw StoreError("etcd: curl_easy_init failed", "", "");
   }
-  ~Http() { curl_easy_cleanup(curl_); }
+  ~Http() { curl().easy_cleanup(curl_); }
   Http(const Http&) = delete;
   Http& operator=(const Http&) = delete;
 
@@ -89,28 +127,28 @@ class EtcdStore::Http {
       }
       return size * n;
     };
-    curl_easy_setopt(curl_, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(curl_, CURLOPT_POST, 1L);
-    curl_easy_setopt(curl_, CURLOPT_POSTFIELDS, body.c_str());
-    curl_easy_setopt(curl_, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-    curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, write);
-    curl_easy_setopt(curl_, CURLOPT_WRITEDATA, &sink);
-    curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl_, CURLOPT_TIMEOUT_MS,
-                     static_cast<long>(std::max<int64_t>(1, timeout.count())));
-    curl_easy_setopt(curl_, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-    curl_easy_setopt(curl_, CURLOPT_NOPROXY, "*");
-    curl_easy_setopt(curl_, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(curl_, CURLOPT_XFERINFOFUNCTION, on_progress);
-    curl_easy_setopt(curl_, CURLOPT_XFERINFODATA, &abort);
-    curl_easy_setopt(curl_, CURLOPT_TCP_NODELAY, 1L);
-    CURLcode rc = curl_easy_perform(curl_);
+    curl().easy_setopt(curl_, CURLOPT_URL, url.c_str());
+    curl().easy_setopt(curl_, CURLOPT_POST, 1L);
+    curl().easy_setopt(curl_, CURLOPT_POSTFIELDS, body.c_str());
+    curl().easy_setopt(curl_, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    curl().easy_setopt(curl_, CURLOPT_WRITEFUNCTION, write);
+    curl().easy_setopt(curl_, CURLOPT_WRITEDATA, &sink);
+    curl().easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
+    curl().easy_setopt(curl_, CURLOPT_TIMEOUT_MS,
+                       static_cast<long>(std::max<int64_t>(1, timeout.count())));
+    curl().easy_setopt(curl_, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl().easy_setopt(curl_, CURLOPT_NOPROXY, "*");
+    curl().easy_setopt(curl_, CURLOPT_NOPROGRESS, 0L);
+    curl().easy_setopt(curl_, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl().easy_setopt(curl_, CURLOPT_XFERINFODATA, &abort);
+    curl().easy_setopt(curl_, CURLOPT_TCP_NODELAY, 1L);
+    CURLcode rc = curl().easy_perform(curl_);
     if (sink.stopped) return 200;
     if (rc == CURLE_ABORTED_BY_CALLBACK) throw StoreError("etcd request interrupted", "", url);
     if (rc == CURLE_OPERATION_TIMEDOUT) throw StoreTimeoutError("etcd request timed out", "", url);
-    if (rc != CURLE_OK) throw TransportError(curl_easy_strerror(rc));
+    if (rc != CURLE_OK) throw TransportError(curl().easy_strerror(rc));
     long status = 0;
-    curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &status);
+    curl().easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &status);
     return status;
   }
 
