@@ -7,9 +7,11 @@ Hosts: nodes 1..8 run agents, node 9 runs the store (cohortd, or etcd). Measures
      the next round run;
 with cohortd and with etcd, at torchrun's defaults (keep_alive_interval=5, keep_alive_max_attempt=3,
 last_call_timeout=30) and at keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=0.5;
-and torchrun 1.13's c10d (its store: the same cohortd, which speaks PyTorch 1.13's protocol; 1.13
-has no keep-alive settings, always 5 s x 3, and whole-second timeouts: its "fast" row uses a 1 s
-last call).
+and torchrun's c10d (its store: the same cohortd, which speaks both PyTorch protocols). torchrun
+1.13 (the default) has no keep-alive settings, always 5 s x 3, and whole-second timeouts: its
+"fast" row uses a 1 s last call; --torchrun names another, e.g. 2.15's
+(~/.cache/cohort/torch-2.15.0/bin/torchrun), which takes the keep-alive settings in whole seconds:
+its "fast" row uses keep_alive_interval=1, keep_alive_max_attempt=3, last_call_timeout=1.
 Prints a table and one JSON line.
 """
 import argparse
@@ -76,12 +78,17 @@ class Bench:
     def agent(self, launcher, node, nnodes, endpoint, job, conf, out, seconds):
         worker = [os.path.join(self.bin, "rdzv_bench_worker"), out, str(seconds)]
         if launcher == "torchrun":
-            # torchrun 1.13 takes whole seconds and has no keep-alive settings (fixed at 5 s x 3):
-            # only the last call carries over.
-            last_call = max(1, round(float(dict(kv.split("=") for kv in conf.split(","))["last_call_timeout"])))
-            cmd = ["/usr/bin/torchrun", "--nnodes", nnodes, "--nproc_per_node", "1",
+            # torchrun takes whole seconds; 1.13 has no keep-alive settings (fixed at 5 s x 3):
+            # only its last call carries over.
+            kv = dict(item.split("=") for item in conf.split(","))
+            whole = {k: max(1, round(float(v))) for k, v in kv.items()}
+            rdzv_conf = f"last_call_timeout={whole['last_call_timeout']},is_host=0"
+            if self.torchrun != "/usr/bin/torchrun":
+                rdzv_conf += (f",keep_alive_interval={whole['keep_alive_interval']}"
+                              f",keep_alive_max_attempt={whole['keep_alive_max_attempt']}")
+            cmd = [self.torchrun, "--nnodes", nnodes, "--nproc_per_node", "1",
                    "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", job,
-                   "--rdzv_conf", f"last_call_timeout={last_call},is_host=0", "--max_restarts", "3",
+                   "--rdzv_conf", rdzv_conf, "--max_restarts", "3",
                    "--no_python",
                    "-r", "1", "-t", "1", *worker]
         else:
@@ -155,11 +162,13 @@ def main():
     ap.add_argument("--build", default=os.path.join(root, "build"))
     ap.add_argument("--sizes", default="2,3,8")
     ap.add_argument("--no-torchrun", action="store_true")
+    ap.add_argument("--torchrun", default="/usr/bin/torchrun", help="the torchrun to compare with")
     ap.add_argument("--no-defaults", action="store_true", help="skip the slow default-settings runs")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("rdzv_bench needs root (network namespaces)")
     b = Bench(root, os.path.abspath(args.build))
+    b.torchrun = args.torchrun
     b.netns("up")
     results, rows = {}, []
     work = tempfile.mkdtemp(prefix="rdzvb_store_")
@@ -191,7 +200,8 @@ def main():
         print(f"{label:44}" + "".join(f"{fmt(results.get(f'loss_{name}_{l}_s')):>16}" for l in names))
     fast = results.get("loss_fast_cohortrun_s")
     results["target_loss_fast_under_3s"] = fast is not None and fast < 3
-    print(json.dumps({"bench": "rdzv", "fast_conf": FAST, "default_conf": DEFAULT, **results}))
+    print(json.dumps({"bench": "rdzv", "fast_conf": FAST, "default_conf": DEFAULT,
+                      "torchrun": args.torchrun, **results}))
 
 
 if __name__ == "__main__":
