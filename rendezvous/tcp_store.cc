@@ -19,6 +19,9 @@ using detail::ConnectionLost;
 using detail::ReplyTimeout;
 
 // The server is one cohortrun cannot work with; connecting again would not help.
+// How long a server may take to answer a connection's first request (or token handshake).
+constexpr std::chrono::seconds kFirstAnswerTimeout{10};
+
 class UnsupportedServer : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -156,9 +159,28 @@ void TcpStore::reconnect_locked() {
 
 void TcpStore::handshake_locked(Connection& conn, Clock::time_point deadline) {
   auto hs_deadline = std::max(deadline, Clock::now() + std::chrono::seconds(10));
+  // A store answers its first bytes at once; a listener that does not within this time is some
+  // other program (a web server, a database) on that port, which would otherwise hold us until
+  // the whole connect deadline. Then the endpoint is wrong: no retry.
+  const auto first_answer = std::min(hs_deadline, Clock::now() + kFirstAnswerTimeout);
+  auto not_a_store = [&](const std::string& what) {
+    return UnsupportedServer(
+        "the program listening at " + address_ + " " + what +
+        ": it is not a TCPStore server (cohortd, or PyTorch's); check the address and port" +
+        (options_.dialect == StoreDialect::kCurrent && !options_.tagged_writes
+             ? " (a PyTorch 1.13/2.0 server speaks only the 1.13 dialect; libcohort workers "
+               "choose it with COHORT_STORE_DIALECT=torch113)"
+             : ""));
+  };
   if (!options_.auth_token.empty()) {
     conn.conn.send_all(std::string(1, static_cast<char>(auth::kHello)), hs_deadline);
-    std::string challenge = conn.conn.read_exact(auth::kChallengeBytes, hs_deadline);
+    std::string challenge;
+    try {
+      challenge = conn.conn.read_exact(auth::kChallengeBytes, first_answer);
+    } catch (const ReplyTimeout&) {
+      throw not_a_store("sent no token challenge within " +
+                        std::to_string(kFirstAnswerTimeout.count()) + " s");
+    }
     std::string proof(1, static_cast<char>(auth::kProof));
     proof += auth::prove(options_.auth_token, challenge);
     conn.conn.send_all(proof, hs_deadline);
@@ -188,9 +210,14 @@ void TcpStore::handshake_locked(Connection& conn, Clock::time_point deadline) {
       b.op(Op::kQueueLen).key("/cohort/queue-probe").into(&hello);
     }
     conn.conn.send_all(hello, hs_deadline);
-    if (conn.conn.read_u32(hs_deadline) != nonce) {
-      throw ProtocolError("the server answered PING with a different nonce");
+    uint32_t answer = 0;
+    try {
+      answer = conn.conn.read_u32(first_answer);
+    } catch (const ReplyTimeout&) {
+      throw not_a_store("did not answer a TCPStore PING within " +
+                        std::to_string(kFirstAnswerTimeout.count()) + " s");
     }
+    if (answer != nonce) throw not_a_store("answered a TCPStore PING with other bytes");
     if (probe == Probe::kNone) return;
     try {
       conn.conn.read_i64(hs_deadline);

@@ -1,7 +1,11 @@
 // Misconfigurations a real cluster meets, caught up front with a line that says what to do: an
 // unreachable master, a loopback endpoint that other nodes would never share, flags that the
-// elastic rendezvous would silently ignore, and jobs on one endpoint without --rdzv-id.
+// elastic rendezvous would silently ignore, another program on the endpoint's port, and jobs on
+// one endpoint without --rdzv-id.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "launcher_fixture.h"
@@ -31,6 +35,32 @@ TEST_F(LauncherTest, AnUnreachableMasterIsReportedWithinSeconds) {
   EXPECT_NE(r.err.find("cannot reach the store at 10.99.99.1:29500"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("Network is unreachable"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("check --master-addr"), std::string::npos) << r.err;
+}
+
+TEST_F(LauncherTest, AnotherProgramOnTheEndpointIsNamedInsteadOfJoined) {
+  // A listener that accepts and never answers (a web server waiting for its request line).
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run(cohortrun({"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+                          "--local-addr", "127.0.0.1"},
+                         test_worker({})),
+               {}, 120s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ::close(fd);
+  EXPECT_EQ(r.exit_code(), 1) << r.err;
+  EXPECT_LT(took, 60s);  // not the 600 s join timeout
+  EXPECT_NE(r.err.find("the program listening at " + endpoint +
+                       " did not answer a TCPStore PING within 10 s: it is not a TCPStore server"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(LauncherTest, ALoopbackEndpointForSeveralNodesIsRefused) {
