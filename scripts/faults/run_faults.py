@@ -234,18 +234,19 @@ def launcher_kill(ctx):
                "every worker and its children gone within 1 s")
 
 
+def persistent_cohortd(ctx, port):
+    """A cohortd on 127.0.0.1:port keeping its store in the scenario's directory, once listening."""
+    s = subprocess.Popen([ctx.path("cohortd"), "--host", "127.0.0.1", "--port", str(port),
+                          "--data-dir", os.path.join(ctx.dir, "store")], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True, env=ctx.env())
+    s.stdout.readline()
+    return s
+
+
 @scenario("cohortd killed (SIGKILL) during a job, restarted", "store")
 def store_kill(ctx):
     port = free_port()
-    data = os.path.join(ctx.dir, "store")
-
-    def start_store():
-        s = subprocess.Popen([ctx.path("cohortd"), "--host", "127.0.0.1", "--port", str(port),
-                              "--data-dir", data], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, env=ctx.env())
-        s.stdout.readline()
-        return s
-    store = start_store()
+    store = persistent_cohortd(ctx, port)
     conf = "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=5,is_host=0"
     agents = [subprocess.Popen([ctx.path("cohortrun"), "--nnodes", "2", "--nproc-per-node", "1",
                                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
@@ -260,7 +261,7 @@ def store_kill(ctx):
     store.kill()
     store.wait()
     t0 = time.monotonic()
-    store = start_store()
+    store = persistent_cohortd(ctx, port)
     rcs = [a.wait(timeout=60) for a in agents]
     errs = "".join(a.stderr.read() for a in agents)
     store.send_signal(signal.SIGTERM)
@@ -297,15 +298,7 @@ def wait_until(cond, timeout=30):
 @scenario("cohortd down for 10 s during a job, then restarted", "store")
 def store_outage(ctx):
     port = free_port()
-    data = os.path.join(ctx.dir, "store")
-
-    def start_store():
-        s = subprocess.Popen([ctx.path("cohortd"), "--host", "127.0.0.1", "--port", str(port),
-                              "--data-dir", data], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, env=ctx.env())
-        s.stdout.readline()
-        return s
-    store = start_store()
+    store = persistent_cohortd(ctx, port)
     # Keep-alives that notice a silent peer in 1.5 s; the outage is far longer.
     agents = [elastic_agent(ctx, port, "2", ctx.tag, ctx.dir, 14, ["--store-loss-grace", "30"],
                             FAST_CONF + ",is_host=0") for _ in range(2)]
@@ -313,7 +306,7 @@ def store_outage(ctx):
     store.kill()
     store.wait()
     time.sleep(10)  # the outage
-    store = start_store()
+    store = persistent_cohortd(ctx, port)
     rcs = [a.wait(timeout=60) for a in agents]
     errs = "".join(a.stderr.read() for a in agents)
     store.send_signal(signal.SIGTERM)
