@@ -90,7 +90,9 @@ std::unique_ptr<EndpointStore> EndpointStore::start(const std::string& listen_ho
   if (::access(cohortd.c_str(), X_OK) != 0) {
     throw IoError("no cohortd next to cohortrun (looked for " + cohortd + ")", ENOENT);
   }
-  const std::string log_path = temp_dir() + "/cohortd-endpoint-" + std::to_string(port) + ".log";
+  // Per user: another user's store on the same port later must not meet this one's file.
+  const std::string log_path = temp_dir() + "/cohortd-endpoint-" + std::to_string(::getuid()) +
+                               "-" + std::to_string(port) + ".log";
   int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (log_fd < 0) throw IoError("cannot open " + log_path + ": " + std::strerror(errno), errno);
   int out[2];
