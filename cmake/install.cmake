@@ -1,0 +1,124 @@
+# Installation: `cmake --install <build> --prefix <dir>` installs the binaries that were built
+# (cohortrun, cohortd, the trainers), libcohort (static libcohort.a and shared libcohort.so, built
+# from the same objects), the public headers, a CMake package (find_package(cohort): targets
+# cohort::cohort, the shared library, and cohort::cohort_static) and a pkg-config file (cohort.pc).
+#
+# Included from the top-level CMakeLists.txt after every product folder, so that it can reach their
+# targets without those folders knowing about installation.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(COHORT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/cohort CACHE STRING
+    "Where cohortConfig.cmake is installed, relative to the prefix")
+
+# cohort_install_interface_includes(<target>...): the folders' libraries publish their source
+# include/ folders; an exported target must name the installed one instead. Rewrites each target's
+# INTERFACE_INCLUDE_DIRECTORIES to $<BUILD_INTERFACE:...> plus the installed include folder.
+function(cohort_install_interface_includes)
+  foreach(t IN LISTS ARGN)
+    get_target_property(dirs ${t} INTERFACE_INCLUDE_DIRECTORIES)
+    set(rewritten "")
+    foreach(d IN LISTS dirs)
+      if(d MATCHES "^\\$<")
+        list(APPEND rewritten "${d}")
+      else()
+        list(APPEND rewritten "$<BUILD_INTERFACE:${d}>")
+      endif()
+    endforeach()
+    list(APPEND rewritten "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>")
+    set_target_properties(${t} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${rewritten}")
+  endforeach()
+endfunction()
+
+# ---- binaries ------------------------------------------------------------------------------------
+foreach(_bin cohortrun cohortd cohort-train-fmnist cohort-train-gpt)
+  if(TARGET ${_bin})
+    install(TARGETS ${_bin} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+  endif()
+endforeach()
+
+# ---- libcohort -----------------------------------------------------------------------------------
+if(TARGET cohort)
+  # The shared library is the static one's objects (every object is position-independent) plus,
+  # linked in privately, the static libraries they need: a program that links libcohort.so needs
+  # only its headers and Threads.
+  add_library(cohort_shared SHARED $<TARGET_OBJECTS:cohort>)
+  get_target_property(_cohort_deps cohort LINK_LIBRARIES)
+  target_link_libraries(cohort_shared PRIVATE ${_cohort_deps} PUBLIC Threads::Threads)
+  get_target_property(_cohort_defs cohort INTERFACE_COMPILE_DEFINITIONS)
+  if(_cohort_defs)
+    target_compile_definitions(cohort_shared PUBLIC ${_cohort_defs})
+  endif()
+  # Worker error files carry a symbolised stack: the program's symbols must be exported (as the
+  # static target's INTERFACE option does).
+  target_link_options(cohort_shared INTERFACE -rdynamic)
+  target_include_directories(cohort_shared INTERFACE
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/worker_runtime/include>
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/rendezvous/include>
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/base/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  # 0.x: every minor release may break the ABI.
+  set_target_properties(cohort_shared PROPERTIES
+    OUTPUT_NAME cohort EXPORT_NAME cohort
+    VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+  set_target_properties(cohort PROPERTIES EXPORT_NAME cohort_static)
+  add_library(cohort::cohort ALIAS cohort_shared)
+  add_library(cohort::cohort_static ALIAS cohort)
+
+  # The static library's link interface names the static libraries it was built from (their
+  # objects are not copied into libcohort.a): they are installed and exported beside it.
+  set_target_properties(cohort_base PROPERTIES EXPORT_NAME base OUTPUT_NAME cohort_base)
+  set_target_properties(cohort_rdzv_client PROPERTIES EXPORT_NAME rdzv_client)
+  set_target_properties(cohort_rdzv_server PROPERTIES EXPORT_NAME rdzv_server)
+  set_target_properties(cohort_asio PROPERTIES EXPORT_NAME asio)
+  cohort_install_interface_includes(cohort cohort_base cohort_rdzv_client)
+  set(_cohort_exported cohort cohort_shared cohort_base cohort_rdzv_client cohort_rdzv_server
+                       cohort_asio)
+  # A CUDA build links NCCL and the CUDA runtime (cmake/cuda.cmake's interface target, which names
+  # NCCL by its path and the runtime as CUDA::cudart): the package config finds CUDAToolkit.
+  set(COHORT_CONFIG_CUDA "")
+  if(TARGET cohort_nccl)
+    set_target_properties(cohort_nccl PROPERTIES EXPORT_NAME nccl)
+    list(APPEND _cohort_exported cohort_nccl)
+    set(COHORT_CONFIG_CUDA "find_dependency(CUDAToolkit)")
+  endif()
+
+  install(TARGETS ${_cohort_exported}
+    EXPORT cohortTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev NAMELINK_COMPONENT dev
+    INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  # The public headers: libcohort's and the two folders' it includes (the error hierarchy, the
+  # environment, the store interface).
+  foreach(_dir worker_runtime/include base/include rendezvous/include)
+    install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/cohort DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+            COMPONENT dev FILES_MATCHING PATTERN "*.h")
+  endforeach()
+
+  install(EXPORT cohortTargets NAMESPACE cohort:: FILE cohortTargets.cmake
+          DESTINATION ${COHORT_INSTALL_CMAKEDIR} COMPONENT dev)
+  configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/cohortConfig.cmake.in
+    ${PROJECT_BINARY_DIR}/cohortConfig.cmake INSTALL_DESTINATION ${COHORT_INSTALL_CMAKEDIR})
+  # 0.x: a minor release may break the API, so only the same major.minor is compatible.
+  write_basic_package_version_file(${PROJECT_BINARY_DIR}/cohortConfigVersion.cmake
+    VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+  install(FILES ${PROJECT_BINARY_DIR}/cohortConfig.cmake ${PROJECT_BINARY_DIR}/cohortConfigVersion.cmake
+          DESTINATION ${COHORT_INSTALL_CMAKEDIR} COMPONENT dev)
+
+  # pkg-config: `pkg-config --cflags --libs cohort` links the shared library; with --static, the
+  # static one and what it needs.
+  # The prefix is found from the .pc file's own place, so that `cmake --install --prefix` anywhere
+  # (and a package's root) gives a file that points at itself.
+  file(RELATIVE_PATH COHORT_PC_TO_PREFIX /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
+  string(REGEX REPLACE "/$" "" COHORT_PC_TO_PREFIX "${COHORT_PC_TO_PREFIX}")
+  set(COHORT_PC_LIBS_PRIVATE "-lcohort_rdzv_server -lcohort_rdzv_client -lcohort_base -lspdlog -lfmt")
+  foreach(_dep IN LISTS _cohort_deps)
+    if(_dep MATCHES "libbacktrace\\.a$")
+      string(APPEND COHORT_PC_LIBS_PRIVATE " ${_dep}")
+    endif()
+  endforeach()
+  string(APPEND COHORT_PC_LIBS_PRIVATE " -ldl -lrt")
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/cohort.pc.in ${PROJECT_BINARY_DIR}/cohort.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/cohort.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
+          COMPONENT dev)
+endif()
