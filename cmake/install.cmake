@@ -92,7 +92,9 @@ if(TARGET cohort)
   # environment, the store interface).
   foreach(_dir worker_runtime/include base/include rendezvous/include)
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/cohort DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-            COMPONENT dev FILES_MATCHING PATTERN "*.h")
+            COMPONENT dev FILES_MATCHING PATTERN "*.h"
+            # cohort's own command-line conventions: they need CLI11, not a library user's concern
+            PATTERN "cli11.h" EXCLUDE)
   endforeach()
 
   install(EXPORT cohortTargets NAMESPACE cohort:: FILE cohortTargets.cmake

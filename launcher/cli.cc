@@ -236,12 +236,12 @@ const std::vector<Flag>& flags() {
             if (!ranks.empty()) c.local_ranks_filter = ranks;
           });
     torch(
-        "--duplicate-stdout-filters", "", "TEXT,...",
+        "--duplicate-stdout-filters", "", "STR,...",
         "Tee'd stdout lines containing any of these also go to <attempt>/filtered_stdout.log "
         "(',,' is a comma)",
         [](LaunchConfig& c, const std::string& v) { c.duplicate_stdout_filters = comma_list(v); });
     torch(
-        "--duplicate-stderr-filters", "", "TEXT,...",
+        "--duplicate-stderr-filters", "", "STR,...",
         "The same for stderr (<attempt>/filtered_stderr.log)",
         [](LaunchConfig& c, const std::string& v) { c.duplicate_stderr_filters = comma_list(v); });
     torch("--node-rank", "", "N", "Rank of this node for the static rendezvous (default 0)",
