@@ -124,3 +124,65 @@ if(TARGET cohort)
   install(FILES ${PROJECT_BINARY_DIR}/cohort.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
           COMPONENT dev)
 endif()
+
+# ---- man pages, bash completion, the systemd unit ------------------------------------------------
+# Man pages from each binary's --help and --version (help2man), completion scripts from the same
+# option definitions (--print-completion bash), both at build time, so they never drift from the
+# programs.
+find_program(COHORT_HELP2MAN help2man)
+find_program(COHORT_GZIP gzip)
+set(_cohort_man_dir ${PROJECT_BINARY_DIR}/man/man1)
+set(_cohort_completion_dir ${PROJECT_BINARY_DIR}/completions)
+set(_cohort_doc_outputs "")
+set(_cohort_summary_cohortrun "launch data-parallel training jobs (torchrun-compatible)")
+set(_cohort_summary_cohortd "rendezvous store, wire-compatible with PyTorch's TCPStore")
+set(_cohort_summary_cohort-train-fmnist "train the Fashion-MNIST CNN, data parallel")
+set(_cohort_summary_cohort-train-gpt "train a small byte-level GPT, data parallel")
+foreach(_bin cohortrun cohortd cohort-train-fmnist cohort-train-gpt)
+  if(NOT TARGET ${_bin})
+    continue()
+  endif()
+  if(COHORT_HELP2MAN AND COHORT_GZIP)
+    add_custom_command(OUTPUT ${_cohort_man_dir}/${_bin}.1.gz
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${_cohort_man_dir}
+      COMMAND ${COHORT_HELP2MAN} --no-info --name ${_cohort_summary_${_bin}}
+              --output ${_cohort_man_dir}/${_bin}.1 $<TARGET_FILE:${_bin}>
+      COMMAND ${COHORT_GZIP} -9nf ${_cohort_man_dir}/${_bin}.1
+      DEPENDS ${_bin}
+      COMMENT "man page ${_bin}.1"
+      VERBATIM)
+    list(APPEND _cohort_doc_outputs ${_cohort_man_dir}/${_bin}.1.gz)
+    install(FILES ${_cohort_man_dir}/${_bin}.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1
+            COMPONENT runtime)
+  endif()
+  add_custom_command(OUTPUT ${_cohort_completion_dir}/${_bin}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${_cohort_completion_dir}
+    COMMAND sh -c "\"$1\" --print-completion bash > \"$2\"" sh $<TARGET_FILE:${_bin}>
+            ${_cohort_completion_dir}/${_bin}
+    DEPENDS ${_bin}
+    COMMENT "bash completion for ${_bin}"
+    VERBATIM)
+  list(APPEND _cohort_doc_outputs ${_cohort_completion_dir}/${_bin})
+  install(FILES ${_cohort_completion_dir}/${_bin}
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions COMPONENT runtime)
+endforeach()
+if(NOT COHORT_HELP2MAN)
+  message(STATUS "help2man not found: no man pages (scripts/setup.sh installs it)")
+endif()
+add_custom_target(cohort_docs ALL DEPENDS ${_cohort_doc_outputs})
+
+if(TARGET cohortd)
+  # Debian 12 keeps packaged units in /lib/systemd/system (lintian: systemd-service-file-outside-lib);
+  # elsewhere the prefix's lib/systemd/system.
+  if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+    set(_cohort_unitdir_default /lib/systemd/system)
+  else()
+    set(_cohort_unitdir_default lib/systemd/system)
+  endif()
+  set(COHORT_SYSTEMD_UNITDIR ${_cohort_unitdir_default} CACHE STRING
+      "Where cohortd.service is installed (relative: to the prefix)")
+  configure_file(${PROJECT_SOURCE_DIR}/packaging/cohortd.service.in
+                 ${PROJECT_BINARY_DIR}/cohortd.service @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/cohortd.service DESTINATION ${COHORT_SYSTEMD_UNITDIR}
+          COMPONENT runtime)
+endif()

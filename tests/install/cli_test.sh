@@ -4,6 +4,7 @@
 #   --version prints "<binary> <version> (git <revision>)" and exits 0;
 #   each usage error exits 2 with one line on stderr that names the offending flag;
 #   --help shows typed placeholders, never CLI11's TEXT/INT/FLOAT;
+#   --print-completion bash prints a completion script;
 # and cohortd configured only through COHORTD_* variables, and only through a --config file.
 #   cli_test.sh <bin dir> <version> <work dir>
 set -euo pipefail
@@ -19,6 +20,9 @@ for b in "${binaries[@]}"; do
   [[ -x $bin/$b ]] || { fail "$bin/$b not built"; continue; }
   out=$("$bin/$b" --version) || fail "$b --version exited $?"
   [[ $out =~ ^$b\ $version\ \(git\ [^\)]+\)$ ]] || fail "$b --version printed '$out'"
+  comp=$("$bin/$b" --print-completion bash) || fail "$b --print-completion bash exited $?"
+  grep -q "^complete -F _${b//-/_} $b\$" <<<"$comp" || fail "$b --print-completion bash: no complete line"
+  grep -q -- "--version" <<<"$comp" || fail "$b --print-completion bash does not offer --version"
   help=$("$bin/$b" --help) || fail "$b --help exited $?"
   if grep -qE ' (TEXT|INT|UINT|FLOAT)( |=|,|$)' <<<"$help"; then
     fail "$b --help has untyped placeholders: $(grep -E ' (TEXT|INT|UINT|FLOAT)( |=|,|$)' <<<"$help")"

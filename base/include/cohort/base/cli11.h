@@ -7,7 +7,9 @@
 //   environment        with an env prefix, every long option --some-flag also reads
 //                      <PREFIX>SOME_FLAG when not given on the command line;
 //   --config PATH      with a config file, CLI11's TOML/INI reader: `some-flag = value` lines;
-//                      <PREFIX>CONFIG names one when --config is not given.
+//                      <PREFIX>CONFIG names one when --config is not given;
+//   --print-completion bash   a bash completion script made from the same option list (the build
+//                      installs it; cohortrun has its own, launcher/cli.cc).
 // Precedence (CLI11's): the command line, then the config file, then the environment, then the
 // defaults.
 //
@@ -16,8 +18,10 @@
 
 #include <CLI/CLI.hpp>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <sstream>
 #include <string>
 #include <string_view>
 
@@ -66,8 +70,47 @@ inline std::string placeholder(const std::string& long_name, const std::string& 
   return cli11_type;
 }
 
+// A bash completion script for `program` from `app`'s options: flag names after a dash, file
+// names after a PATH option, the choices of an `a|b|c` placeholder.
+inline std::string bash_completion(const CLI::App& app, const std::string& program) {
+  std::ostringstream words, values;
+  for (const CLI::Option* opt : app.get_options()) {
+    for (const auto& l : opt->get_lnames()) words << "--" << l << ' ';
+    for (const auto& sn : opt->get_snames()) words << '-' << sn << ' ';
+    if (opt->get_lnames().empty() || opt->get_type_size() == 0) continue;
+    const std::string flag = "--" + opt->get_lnames().front();
+    const std::string type = opt->get_type_name();
+    if (type == "PATH") {
+      values << "    " << flag << ") COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n";
+    } else if (type.find('|') != std::string::npos &&
+               type.find_first_of("[:") == std::string::npos) {
+      std::string choices = type;
+      for (char& ch : choices) {
+        if (ch == '|') ch = ' ';
+      }
+      values << "    " << flag << ") COMPREPLY=($(compgen -W \"" << choices
+             << "\" -- \"$cur\")); return ;;\n";
+    }
+  }
+  std::string fn = "_" + program;
+  for (char& ch : fn) {
+    if (ch == '-') ch = '_';
+  }
+  std::ostringstream os;
+  os << "# bash completion for " << program << " (" << program << " --print-completion bash)\n"
+     << fn << "() {\n"
+     << "  local cur=\"${COMP_WORDS[COMP_CWORD]}\" prev=\"${COMP_WORDS[COMP_CWORD-1]}\"\n"
+     << "  case \"$prev\" in\n"
+     << values.str() << "  esac\n"
+     << "  COMPREPLY=($(compgen -W \"" << words.str() << "\" -- \"$cur\"))\n"
+     << "}\n"
+     << "complete -F " << fn << ' ' << program << '\n';
+  return os.str();
+}
+
 // Applies `conventions` to `app`, whose options are all defined. Call once, before parse().
 inline void apply(CLI::App& app, const Conventions& conventions) {
+  app.name(conventions.program);  // "Usage: cohortd", not the path it was started by
   for (CLI::Option* opt : app.get_options()) {
     if (opt->get_lnames().empty()) continue;
     const std::string& name = opt->get_lnames().front();
@@ -97,6 +140,15 @@ inline void apply(CLI::App& app, const Conventions& conventions) {
         ->type_name("PATH");
   }
   const std::string program = conventions.program;
+  app.add_option_function<std::string>(
+         "--print-completion",
+         [&app, program](const std::string& shell) {
+           if (shell != "bash") throw CLI::ValidationError("--print-completion", "supports bash");
+           std::fputs(bash_completion(app, program).c_str(), stdout);
+           throw CLI::Success();
+         },
+         "Print a completion script (bash) and exit")
+      ->type_name("bash");
   app.failure_message([program](const CLI::App*, const CLI::Error& e) {
     std::string what = e.what();
     while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
