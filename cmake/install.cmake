@@ -172,17 +172,23 @@ endif()
 add_custom_target(cohort_docs ALL DEPENDS ${_cohort_doc_outputs})
 
 if(TARGET cohortd)
-  # Debian 12 keeps packaged units in /lib/systemd/system (lintian: systemd-service-file-outside-lib);
-  # elsewhere the prefix's lib/systemd/system.
-  if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
-    set(_cohort_unitdir_default /lib/systemd/system)
-  else()
-    set(_cohort_unitdir_default lib/systemd/system)
-  endif()
-  set(COHORT_SYSTEMD_UNITDIR ${_cohort_unitdir_default} CACHE STRING
-      "Where cohortd.service is installed (relative: to the prefix)")
+  # The unit names the installed cohortd, so it is written at install time, when the prefix is
+  # known (`cmake --install --prefix` may differ from the configured one). Debian 12 keeps units in
+  # /lib/systemd/system (lintian: systemd-service-file-outside-lib), so the prefix /usr puts it
+  # there; another prefix, in its own lib/systemd/system.
+  install(CODE "
+    set(_bindir \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}\")
+    if(CMAKE_INSTALL_PREFIX STREQUAL \"/usr\")
+      set(_unitdir /lib/systemd/system)
+    else()
+      set(_unitdir \"\${CMAKE_INSTALL_PREFIX}/lib/systemd/system\")
+    endif()
+    file(READ \"${PROJECT_SOURCE_DIR}/packaging/cohortd.service.in\" _unit)
+    string(REPLACE \"@CMAKE_INSTALL_FULL_BINDIR@\" \"\${_bindir}\" _unit \"\${_unit}\")
+    file(WRITE \"${PROJECT_BINARY_DIR}/install-unit/cohortd.service\" \"\${_unit}\")
+    file(INSTALL \"${PROJECT_BINARY_DIR}/install-unit/cohortd.service\" DESTINATION \"\${_unitdir}\")
+  " COMPONENT runtime)
+  # The build tree's copy (for tests/install/systemd_test.sh) names the configured prefix.
   configure_file(${PROJECT_SOURCE_DIR}/packaging/cohortd.service.in
                  ${PROJECT_BINARY_DIR}/cohortd.service @ONLY)
-  install(FILES ${PROJECT_BINARY_DIR}/cohortd.service DESTINATION ${COHORT_SYSTEMD_UNITDIR}
-          COMPONENT runtime)
 endif()

@@ -20,6 +20,14 @@ for f in bin/cohortrun bin/cohortd include/cohort/context.h include/cohort/cpu_p
          "$libdir/cmake/cohort/cohortConfig.cmake" "$libdir/cmake/cohort/cohortConfigVersion.cmake"; do
   [[ -e $prefix/$f ]] || fail "not installed: $f"
 done
+for b in cohortrun cohortd; do
+  zcat "$prefix/share/man/man1/$b.1.gz" | grep -q "^\.TH ${b^^} " || fail "no man page for $b"
+  grep -q "^complete -F _$b $b\$" "$prefix/share/bash-completion/completions/$b" ||
+    fail "no bash completion for $b"
+done
+grep -qx "ExecStart=$prefix/bin/cohortd" "$prefix/lib/systemd/system/cohortd.service" ||
+  fail "cohortd.service does not start $prefix/bin/cohortd"
+"$prefix/bin/cohortd" --version | grep -q "^cohortd " || fail "installed cohortd --version"
 
 # Only the installed cohortrun and the consumer: no build tree on PATH.
 run2() {  # run2 <program>: a 2-rank job; both ranks must report the sum
