@@ -31,6 +31,17 @@ function(cohort_install_interface_includes)
 endfunction()
 
 # ---- binaries ------------------------------------------------------------------------------------
+# In a wheel (pip install ., pyproject.toml: scikit-build-core sets SKBUILD), the binaries go to the
+# environment's bin (its scripts folder) and nothing else is installed: no man pages, unit or
+# library.
+if(SKBUILD)
+  foreach(_bin cohortrun cohortd)
+    if(TARGET ${_bin})
+      install(TARGETS ${_bin} RUNTIME DESTINATION ${SKBUILD_SCRIPTS_DIR} COMPONENT runtime)
+    endif()
+  endforeach()
+  return()
+endif()
 foreach(_bin cohortrun cohortd cohort-train-fmnist cohort-train-gpt)
   if(TARGET ${_bin})
     install(TARGETS ${_bin} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)

@@ -564,8 +564,9 @@ std::string help_text() {
         "Starts --nproc-per-node workers per node, watches them, restarts failed groups and "
         "explains\nfailures. Takes torchrun's flags (--flag-name or --flag_name, unambiguous "
         "abbreviations);\nPET_<FLAG> variables give defaults. Python entry points run with "
-        "PYTHON_EXEC, else the\npython3 on PATH (python -m cohort.run uses its own "
-        "interpreter).\n";
+        "PYTHON_EXEC; else, when\ncohortrun is installed in a virtual environment (pip), that "
+        "environment's python3; else the\npython3 on PATH. python -m cohort.run sets PYTHON_EXEC "
+        "to its own interpreter.\n";
   const char* titles[] = {"torchrun's flags", "torch.distributed.launch's flags",
                           "cohortrun's own flags"};
   for (Origin o : {Origin::kTorchrun, Origin::kLaunch, Origin::kCohort}) {
