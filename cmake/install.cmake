@@ -8,6 +8,13 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
+# Sanitizer and fuzz builds are for tests only: nothing to install (their libraries would need
+# the sanitizer runtime in every program that loads them), and no shared library or man pages to
+# build.
+if(COHORT_SANITIZE OR COHORT_FUZZ)
+  return()
+endif()
+
 set(COHORT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/cohort CACHE STRING
     "Where cohortConfig.cmake is installed, relative to the prefix")
 
