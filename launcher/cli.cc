@@ -236,12 +236,12 @@ const std::vector<Flag>& flags() {
             if (!ranks.empty()) c.local_ranks_filter = ranks;
           });
     torch(
-        "--duplicate-stdout-filters", "", "TEXT,...",
+        "--duplicate-stdout-filters", "", "STR,...",
         "Tee'd stdout lines containing any of these also go to <attempt>/filtered_stdout.log "
         "(',,' is a comma)",
         [](LaunchConfig& c, const std::string& v) { c.duplicate_stdout_filters = comma_list(v); });
     torch(
-        "--duplicate-stderr-filters", "", "TEXT,...",
+        "--duplicate-stderr-filters", "", "STR,...",
         "The same for stderr (<attempt>/filtered_stderr.log)",
         [](LaunchConfig& c, const std::string& v) { c.duplicate_stderr_filters = comma_list(v); });
     torch("--node-rank", "", "N", "Rank of this node for the static rendezvous (default 0)",
@@ -588,8 +588,9 @@ std::string help_text() {
         "Starts --nproc-per-node workers per node, watches them, restarts failed groups and "
         "explains\nfailures. Takes torchrun's flags (--flag-name or --flag_name, unambiguous "
         "abbreviations);\nPET_<FLAG> variables give defaults. Python entry points run with "
-        "PYTHON_EXEC, else the\npython3 on PATH (python -m cohort.run uses its own "
-        "interpreter).\n";
+        "PYTHON_EXEC; else, when\ncohortrun is installed in a virtual environment (pip), that "
+        "environment's python3; else the\npython3 on PATH. python -m cohort.run sets PYTHON_EXEC "
+        "to its own interpreter.\n";
   const char* titles[] = {"torchrun's flags", "torch.distributed.launch's flags",
                           "cohortrun's own flags"};
   for (Origin o : {Origin::kTorchrun, Origin::kLaunch, Origin::kCohort}) {

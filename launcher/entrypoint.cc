@@ -34,6 +34,24 @@ std::string basename_of(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// The Python of the virtual environment this cohortrun is installed in (`pip install cohort` puts
+// it in <venv>/bin beside python3; <venv>/pyvenv.cfg marks a venv), or "" when it is not in one.
+// torchrun's workers run under sys.executable, its environment's Python, for the same reason.
+std::string venv_python_beside_self() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  const std::string exe(buf, static_cast<size_t>(n));
+  const std::string bin = exe.substr(0, exe.rfind('/'));
+  const auto up = bin.rfind('/');
+  if (up == std::string::npos || ::access((bin.substr(0, up) + "/pyvenv.cfg").c_str(), R_OK) != 0)
+    return "";
+  for (const char* name : {"python3", "python"}) {
+    if (is_executable_file(bin + "/" + name)) return bin + "/" + name;
+  }
+  return "";
+}
+
 }  // namespace
 
 WorkerCommand build_worker_command(const LaunchConfig& c,
@@ -44,7 +62,13 @@ WorkerCommand build_worker_command(const LaunchConfig& c,
                                 runs_directly(c.training_script, env));
   if (!direct) {
     auto it = env.find("PYTHON_EXEC");
-    cmd.interpreter = it != env.end() && !it->second.empty() ? it->second : "python3";
+    if (it != env.end() && !it->second.empty()) {
+      cmd.interpreter = it->second;
+    } else if (std::string venv = venv_python_beside_self(); !venv.empty()) {
+      cmd.interpreter = venv;
+    } else {
+      cmd.interpreter = "python3";
+    }
     cmd.argv.push_back(cmd.interpreter);
     cmd.argv.push_back("-u");
     if (c.module) cmd.argv.push_back("-m");

@@ -16,7 +16,8 @@ struct WorkerCommand {
   size_t args_at = 0;       // index in argv where the script's own arguments begin
 };
 
-// A `.py` script runs as `$PYTHON_EXEC -u script args` (PYTHON_EXEC defaults to python3); -m
+// A `.py` script runs as `$PYTHON_EXEC -u script args` (PYTHON_EXEC defaults to the python3 beside
+// cohortrun when cohortrun is installed in a virtual environment, else python3 on PATH); -m
 // runs `python -u -m module args`; --no-python, or an entry point that is an executable file
 // (a path, or a name found on PATH) and not a .py, runs directly.
 WorkerCommand build_worker_command(const LaunchConfig& config,

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 
+#include "cohort/base/cli11.h"
 #include "cohort/base/logging.h"
 #include "cohort/error.h"
 
@@ -76,10 +77,17 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
                  "Exit once no client has been connected for this many seconds (0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  // --version, exit status 2 on usage errors, placeholders, COHORTD_<FLAG> and --config for
+  // every option above (base/include/cohort/base/cli11.h): options added above get them too.
+  cli::apply(app, {.program = "cohortd",
+                   .env_prefix = "COHORTD_",
+                   .config_file = true,
+                   .placeholders = {{"--fsync", "always|interval|never"},
+                                    {"--allow-unauthenticated-from", "CIDR[,CIDR...]"}}});
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return cli::exit_status(app, e);
   }
   s.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000));
   s.handshake_timeout = std::chrono::milliseconds(static_cast<int64_t>(handshake_timeout_s * 1000));

@@ -34,6 +34,8 @@ PACKAGES=(
   gnuplot-nox
   # scripts/gpu_bare_root.sh: the bare GPU machine, simulated in a Debian root
   debootstrap
+  # installing (tests/install): man pages (help2man), the unit's check (systemd-analyze)
+  help2man systemd
 )
 
 missing=()

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "cohort/base/cli11.h"
 #include "cohort/train/worker.h"
 
 namespace cohort::train {
@@ -21,6 +22,16 @@ void add_common_options(CLI::App& app, Options& o, WorkerOptions& w, std::string
   app.add_option("--summary-json", summary_path, "write the final results to this file (rank 0)");
   app.add_option("--device", w.device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--threads", w.threads, "CPU threads (default: OMP_NUM_THREADS, else all)");
+}
+
+// The command-line conventions of cohort's binaries (cohort/base/cli11.h) with the trainers'
+// placeholders; no environment variables (a trainer's environment is its launcher's).
+inline cohort::cli::Conventions trainer_conventions(std::string program) {
+  cohort::cli::Conventions c;
+  c.program = std::move(program);
+  c.placeholders = {
+      {"--device", "cpu|cuda|cuda:N"}, {"--lr-schedule", "constant|cosine"}, {"--metrics", "PATH"}};
+  return c;
 }
 
 }  // namespace cohort::train

@@ -48,7 +48,13 @@ int real_main(int argc, char** argv) {
   Cli c;
   CLI::App app{"Train the Fashion-MNIST CNN, data parallel (launch with cohortrun)"};
   define_options(app, c);
-  CLI11_PARSE(app, argc, argv);
+  // --version, exit status 2 on usage errors, typed placeholders (cohort/base/cli11.h).
+  cohort::cli::apply(app, trainer_conventions("cohort-train-fmnist"));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cohort::cli::exit_status(app, e);
+  }
   auto worker = Worker::start(c.w);
   c.o.on_step = worker->step_hook();
   if (worker->rank() != 0) c.o.out = nullptr;

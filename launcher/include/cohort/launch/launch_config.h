@@ -99,7 +99,8 @@ struct LaunchConfig {
   std::string auth_token;
   std::string allow_unauthenticated_from;
   bool slurm = false;  // --slurm or --nnodes slurm: derive the job's shape from SLURM_*
-  // The interpreter of Python entry points: PYTHON_EXEC, else python3 on PATH (the launcher
+  // The interpreter of Python entry points: PYTHON_EXEC, else the python3 beside cohortrun when
+  // it is installed in a virtual environment (the wheel), else python3 on PATH (the launcher
   // resolves it; cohort.run from the Python wheel sets PYTHON_EXEC to its sys.executable).
   std::string python;
 

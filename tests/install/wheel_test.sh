@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# ctest wheel.venv (label packaging): `pip wheel .` (scikit-build-core; pyproject.toml), the wheel
+# installed into a fresh virtual environment, and `python -m cohort.run` from it, then the venv's
+# cohortrun without activating the venv, each running a PyTorch gloo job with 2 workers. The trap it guards against: a python3 on PATH without torch (here the
+# first python3 on PATH that is not the venv's, e.g. pyenv's) must not be the workers'
+# interpreter; the venv's must.
+#   wheel_test.sh <source dir> <work dir> <python with PyTorch 2.x (a venv's)>
+# The fresh venv is made by the PyTorch venv's base interpreter, without system site-packages
+# (Debian's /usr/lib/python3/dist-packages has PyTorch 1.13), and sees the PyTorch venv's
+# site-packages through a .pth file: torch 2.x, nothing else from outside.
+# scikit-build-core comes from the package index once, into ~/.cache/cohort/wheel-build.
+set -euo pipefail
+src=$1 work=$2 torch_python=$3
+rm -rf "$work"
+mkdir -p "$work"
+fail() { echo "wheel_test: $*" >&2; exit 1; }
+
+builder=${COHORT_WHEEL_BUILDER:-$HOME/.cache/cohort/wheel-build}
+if [[ ! -x $builder/bin/python ]] || ! "$builder/bin/python" -c 'import scikit_build_core' 2>/dev/null; then
+  rm -rf "$builder"
+  python3 -m venv "$builder"
+  "$builder/bin/pip" install -q 'scikit-build-core>=0.10' || fail "cannot install scikit-build-core"
+fi
+# ccache (when present) makes a rebuild of unchanged sources cheap.
+launcher=""
+command -v ccache >/dev/null && launcher="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"
+(cd "$src" && CMAKE_ARGS="$launcher" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+   "$builder/bin/pip" wheel -q --no-build-isolation --no-deps -w "$work/dist" .) \
+   >"$work/wheel.log" 2>&1 || fail "pip wheel failed: $(tail -30 "$work/wheel.log")"
+wheel=$(ls "$work"/dist/cohort-*.whl)
+
+base=$("$torch_python" -c 'import sys; print(sys._base_executable)')
+"$base" -m venv "$work/venv"
+site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+"$torch_python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/torch-from-venv.pth"
+"$work/venv/bin/pip" install -q --no-index --no-deps "$wheel" || fail "pip install $wheel failed"
+for b in cohortrun cohortd; do
+  [[ -x $work/venv/bin/$b ]] || fail "the wheel put no $b in the venv's bin"
+  "$work/venv/bin/$b" --version | grep -q "^$b 0" || fail "$b --version from the venv"
+done
+
+# A PATH whose first python3 is another interpreter without torch, when this machine has one.
+path=$work/venv-not-on-path-bin:$PATH
+for p in $(type -ap python3); do
+  if ! "$p" -c 'import torch' 2>/dev/null; then
+    path=$(dirname "$p"):$PATH
+    break
+  fi
+done
+out=$(cd "$work" && env -u PYTHON_EXEC PATH="$path" "$work/venv/bin/python" -m cohort.run \
+        --nproc-per-node 2 "$src/tests/install/wheel/gloo_allreduce.py" 2>&1) ||
+  fail "python -m cohort.run failed: $out"
+want_version=$("$torch_python" -c 'import torch; print(torch.__version__)')
+for r in 0 1; do
+  grep -qF "wheel worker rank $r of 2: sum 3 torch $want_version python $work/venv/bin/python" <<<"$out" ||
+    fail "rank $r did not run with $work/venv/bin/python and torch $want_version: $out"
+done
+# The venv's cohortrun itself, the venv not activated: the python3 beside it, not PATH's.
+out=$(cd "$work" && env -u PYTHON_EXEC PATH="$path" "$work/venv/bin/cohortrun" \
+        --nproc-per-node 2 "$src/tests/install/wheel/gloo_allreduce.py" 2>&1) ||
+  fail "$work/venv/bin/cohortrun failed: $out"
+for r in 0 1; do
+  grep -qF "wheel worker rank $r of 2: sum 3 torch $want_version python $work/venv/bin/python3" <<<"$out" ||
+    fail "venv cohortrun: rank $r did not run with $work/venv/bin/python3: $out"
+done
+echo "wheel_test: passed ($wheel)"
