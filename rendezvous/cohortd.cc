@@ -68,6 +68,17 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
                  "Seconds a client may take to finish a request it has begun (0: no limit)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-unsent-bytes", s.max_unsent_bytes,
+                 "Bytes one connection may have unsent (replies, watch notifications) or buffered "
+                 "behind a parked WAIT: its requests wait while it is there, and a notification "
+                 "past it closes the connection")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--connection-memory-budget", s.connection_memory_budget,
+                 "Unsent and buffered bytes of all connections together: past it, the connection "
+                 "holding the most is closed")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -126,7 +126,8 @@ bool ProtocolHandler::process() {
       auto op = op_from_wire(dialect_, pending[0]);
       if (!op || *op != Op::kCancelWait) break;  // held until the wait ends
     }
-    if (out_.size() > kMaxQueuedOutput) break;  // resumes when the client reads its replies
+    // Backpressure: resumes when the client reads its replies.
+    if (out_.size() + unsent_elsewhere_ >= options_.max_unsent_bytes) break;
     // A tagged write: run once per (client, request), however often it is sent.
     uint64_t tag_client = 0, tag_request = 0;
     bool tagged = pending[0] == kTaggedOpcode;
