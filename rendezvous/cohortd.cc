@@ -7,11 +7,15 @@
 #include <CLI/CLI.hpp>
 #include <asio/io_context.hpp>
 #include <asio/signal_set.hpp>
+#include <asio/steady_timer.hpp>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 
 #include "cohort/base/logging.h"
 #include "cohort/error.h"
+#include "cohortd_log.h"
 
 namespace cohort::rdzv {
 
@@ -79,6 +83,11 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
                  "holding the most is closed")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--log-file", config->log_file, "Append log lines to this file instead of stderr");
+  app.add_option("--log-format", config->log_format,
+                 "text, or json: one JSON object per line (time, logger, level, pid, msg)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -127,6 +136,10 @@ void write_port_file(const std::string& path, uint16_t port) {
 }  // namespace
 
 int run_cohortd(const CohortdConfig& config) {
+  // A log or stdout reader that went away must not kill the store (its keys live only here
+  // without --data-dir); sockets already write with MSG_NOSIGNAL.
+  std::signal(SIGPIPE, SIG_IGN);
+  CohortdLog logging(config.log_file, parse_log_format(config.log_format));
   auto log = component_logger("cohortd");
   long fds = raise_fd_limit();
   asio::io_context io(1);
@@ -139,14 +152,29 @@ int run_cohortd(const CohortdConfig& config) {
                 ? "no authentication: anyone who can connect may use it"
                 : "token required");
 
+  asio::steady_timer drops(io);
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](std::error_code ec, int sig) {
     if (ec) return;
     log->info("signal {} received, stopping", sig);
     server.stop();
+    drops.cancel();
   });
+  // Lines dropped because nobody read the log fast enough are said, once there is room again.
+  std::function<void()> report_drops = [&] {
+    drops.expires_after(std::chrono::seconds(5));
+    drops.async_wait([&](std::error_code ec) {
+      if (ec) return;
+      if (uint64_t n = logging.take_dropped())
+        log->warn("{} log lines were dropped: the log was not read fast enough", n);
+      report_drops();
+    });
+  };
+  report_drops();
   io.run();
   auto st = server.stats();
+  if (uint64_t n = logging.take_dropped())
+    log->warn("{} log lines were dropped: the log was not read fast enough", n);
   log->info("stopped after {} connections", st.accepted);
   return 0;
 }

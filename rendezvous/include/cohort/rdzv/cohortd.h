@@ -11,6 +11,8 @@ namespace cohort::rdzv {
 struct CohortdConfig {
   StoreServerOptions server;
   std::string port_file;  // when set, "<port>\n" is written there (atomically) once listening
+  std::string log_file;   // empty: log to stderr
+  std::string log_format = "text";  // or "json": one object per line
 };
 
 // Parses cohortd's command line into *config. Returns -1 to go on, else an exit status (0 after
@@ -22,7 +24,8 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config);
 long raise_fd_limit();
 
 // Serves until SIGINT or SIGTERM. Prints the listening address as the first line of stdout.
-// Returns the exit status.
+// SIGPIPE is ignored and log lines never block serving (a log nobody reads loses lines, counted
+// in a later line). Returns the exit status.
 int run_cohortd(const CohortdConfig& config);
 
 }  // namespace cohort::rdzv
