@@ -97,7 +97,11 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
   s.handshake_timeout = std::chrono::milliseconds(static_cast<int64_t>(handshake_timeout_s * 1000));
   try {
     s.fsync = parse_fsync_policy(fsync);
-    if (!token_file.empty()) s.auth_token = auth::read_token_file(token_file);
+    if (!token_file.empty()) {
+      s.auth_token = auth::read_token_file(token_file);
+      std::string warning = auth::check_token_file(token_file, s.auth_token);
+      if (!warning.empty()) std::fprintf(stderr, "cohortd: warning: %s\n", warning.c_str());
+    }
     s.allow_unauthenticated = auth::parse_cidrs(allow);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cohortd: %s\n", e.what());
