@@ -127,8 +127,17 @@ void StoreState::append(std::string_view key, std::string_view value) {
     it->second.append(value);
     notify_watchers(key, kWatchUpdated, old, it->second);
   }
-  changed(key);
+  if (journal_) journal_->on_append(key, value, data_.find(key)->second);
   wake(key);
+}
+
+void StoreState::restore_append(std::string_view key, std::string_view suffix) {
+  auto it = data_.find(key);
+  if (it == data_.end()) {
+    data_.emplace(std::string(key), std::string(suffix));
+  } else {
+    it->second.append(suffix);
+  }
 }
 
 StoreState::WaitResult StoreState::wait(SessionId session, std::span<const std::string_view> keys) {

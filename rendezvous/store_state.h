@@ -95,6 +95,12 @@ class StoreState {
    public:
     virtual ~Journal() = default;
     virtual void on_change(std::string_view key, const std::string* value) = 0;
+    // APPEND added `suffix` to `key`, whose value is now `value`: a journal may record the delta.
+    virtual void on_append(std::string_view key, std::string_view suffix,
+                           const std::string& value) {
+      (void)suffix;
+      on_change(key, &value);
+    }
     virtual void on_reply(uint64_t client, uint64_t request, const std::string& reply) = 0;
     virtual void begin_batch() = 0;
     virtual void end_batch() = 0;
@@ -120,6 +126,8 @@ class StoreState {
     data_.insert_or_assign(std::move(key), std::move(value));
   }
   void restore_delete(std::string_view key);
+  // Restores an APPEND (creating the key when missing), without waking or notifying anyone.
+  void restore_append(std::string_view key, std::string_view suffix);
 
  private:
   struct PendingWait {
