@@ -163,8 +163,17 @@ void Session::deliver(std::string_view bytes) {
     return;
   }
   handler_.deliver(bytes);
-  flush();
   account();
+  // Sent on a later turn: this may run inside this very session's request, whose reply the
+  // handler has yet to put after the notification.
+  if (!flush_posted_) {
+    flush_posted_ = true;
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      self->flush_posted_ = false;
+      self->flush();
+      self->account();
+    });
+  }
 }
 
 void Session::flush() {

@@ -89,6 +89,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool write_in_flight_ = false;
   bool read_in_flight_ = false;
   bool process_posted_ = false;
+  bool flush_posted_ = false;
   bool closed_ = false;
   bool overflowed_ = false;  // past --max-unsent-bytes: closing, further bytes dropped
   size_t accounted_ = 0;     // footprint() as last charged to the host

@@ -296,6 +296,41 @@ TEST_F(PersistenceTest, AnIdleStoreIsNotSnapshotted) {
   EXPECT_EQ(log.compactions(), 0u);
 }
 
+TEST_F(PersistenceTest, AnUntaggedMultiSetIsOneRecordKeptWholeOrNotAtAll) {
+  {
+    StoreServerThread server(options());
+    RawClient c(server.port());
+    Request r;
+    r.op = Op::kValidate;
+    r.u32 = kValidationMagic;
+    std::string bytes;
+    encode_request(Dialect::kCurrent, r, &bytes);
+    r.clear();
+    r.op = Op::kMultiSet;
+    r.keys = {"a", "b", "c"};
+    r.values = {"1", "2", "3"};
+    encode_request(Dialect::kCurrent, r, &bytes);  // no reply
+    r.clear();
+    r.op = Op::kGet;
+    r.keys = {"c"};
+    encode_request(Dialect::kCurrent, r, &bytes);
+    c.send(bytes);
+    ASSERT_TRUE(c.read(8 + 1));  // the GET's reply: the MULTI_SET ran
+  }
+  // A crash in the middle of writing it: the record is torn, and all three keys are gone
+  // together (as separate records, a and b would survive without c).
+  const std::string path = dir_ + "/store.log";
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 1);
+  NoListener listener;
+  StoreState state(&listener, 0);
+  StoreLog log(dir_, &state, FsyncPolicy::kNever);
+  EXPECT_EQ(log.replayed_records(), 0u);
+  EXPECT_TRUE(log.dropped_torn_tail());
+  EXPECT_EQ(state.get("a"), nullptr);
+  EXPECT_EQ(state.get("b"), nullptr);
+  EXPECT_EQ(state.get("c"), nullptr);
+}
+
 TEST_F(PersistenceTest, ClientsCarryOnThroughASigkilledCohortdWithoutDoublingAnyAdd) {
   // A real cohortd, killed with SIGKILL twice while a client adds; restarted on the same port.
   int port;
