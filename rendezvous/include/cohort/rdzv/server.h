@@ -73,7 +73,8 @@ struct StoreServerStats {
   uint64_t accepted = 0;   // since start
   uint64_t refused = 0;    // closed at accept: max_connections or max_connections_per_address
   uint64_t closed_for_limit = 0;         // a limit, a malformed request, or --request-timeout
-  uint64_t closed_for_memory = 0;        // --max-unsent-bytes or --connection-memory-budget
+  uint64_t closed_for_memory = 0;        // --max-unsent-bytes or --connection-memory-budget (also
+                                         // counted in closed_for_limit)
   uint64_t connection_bytes = 0;         // unsent and buffered, all connections, now
   uint64_t refused_unauthenticated = 0;  // no token, or a wrong one
   size_t replayed_records = 0;           // from the data directory at start-up
