@@ -36,7 +36,9 @@ void provoke_log_lines(int port, int n, bool wait = false) {
   for (int i = 0; i < n; ++i) {
     RawClient c(port);
     c.send(bad);
-    if (wait) EXPECT_TRUE(c.closed_by_peer(10s));
+    if (wait) {
+      EXPECT_TRUE(c.closed_by_peer(10s));
+    }
   }
 }
 
