@@ -6,6 +6,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <sstream>
@@ -75,6 +76,22 @@ std::string read_token_file(const std::string& path) {
   size_t a = t.find_first_not_of(" \t\r\n"), b = t.find_last_not_of(" \t\r\n");
   if (a == std::string::npos) throw UsageError("the token file " + path + " is empty");
   return t.substr(a, b - a + 1);
+}
+
+std::string check_token_file(const std::string& path, std::string_view token) {
+  if (token.size() < kMinTokenBytes) {
+    throw UsageError("the token in " + path + " is " + std::to_string(token.size()) +
+                     " bytes; at least " + std::to_string(kMinTokenBytes) +
+                     " are required (make one with: head -c 32 /dev/urandom | base64 > " + path +
+                     "; chmod 600 " + path + ")");
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) == 0) return {};
+  char mode[8];
+  std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  return "the token file " + path + " has mode " + mode +
+         ": other users may read it and use the store; chmod 600 " + path;
 }
 
 Cidr Cidr::parse(const std::string& text) {

@@ -9,6 +9,7 @@
 #include <asio/io_context.hpp>
 #include <asio/signal_set.hpp>
 #include <asio/steady_timer.hpp>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -16,6 +17,7 @@
 #include "cohort/base/cli11.h"
 #include "cohort/base/logging.h"
 #include "cohort/error.h"
+#include "cohortd_log.h"
 
 namespace cohort::rdzv {
 
@@ -77,6 +79,22 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
                  "Exit once no client has been connected for this many seconds (0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-unsent-bytes", s.max_unsent_bytes,
+                 "Bytes one connection may have unsent (replies, watch notifications) or buffered "
+                 "behind a parked WAIT: its requests wait while it is there, and a notification "
+                 "past it closes the connection")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--connection-memory-budget", s.connection_memory_budget,
+                 "Unsent and buffered bytes of all connections together: past it, the connection "
+                 "holding the most is closed")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--log-file", config->log_file, "Append log lines to this file instead of stderr");
+  app.add_option("--log-format", config->log_format,
+                 "text, or json: one JSON object per line (time, logger, level, pid, msg)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
   // --version, exit status 2 on usage errors, placeholders, COHORTD_<FLAG> and --config for
   // every option above (base/include/cohort/base/cli11.h): options added above get them too.
   cli::apply(app, {.program = "cohortd",
@@ -94,7 +112,11 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
   config->exit_when_idle = std::chrono::milliseconds(static_cast<int64_t>(exit_when_idle_s * 1000));
   try {
     s.fsync = parse_fsync_policy(fsync);
-    if (!token_file.empty()) s.auth_token = auth::read_token_file(token_file);
+    if (!token_file.empty()) {
+      s.auth_token = auth::read_token_file(token_file);
+      std::string warning = auth::check_token_file(token_file, s.auth_token);
+      if (!warning.empty()) std::fprintf(stderr, "cohortd: warning: %s\n", warning.c_str());
+    }
     s.allow_unauthenticated = auth::parse_cidrs(allow);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cohortd: %s\n", e.what());
@@ -171,6 +193,10 @@ class IdleExit {
 }  // namespace
 
 int run_cohortd(const CohortdConfig& config) {
+  // A log or stdout reader that went away must not kill the store (its keys live only here
+  // without --data-dir); sockets already write with MSG_NOSIGNAL.
+  std::signal(SIGPIPE, SIG_IGN);
+  CohortdLog logging(config.log_file, parse_log_format(config.log_format));
   auto log = component_logger("cohortd");
   long fds = raise_fd_limit();
   asio::io_context io(1);
@@ -183,6 +209,7 @@ int run_cohortd(const CohortdConfig& config) {
                 ? "no authentication: anyone who can connect may use it"
                 : "token required");
 
+  asio::steady_timer drops(io);
   asio::signal_set signals(io, SIGINT, SIGTERM);
   IdleExit idle(io, server, config.exit_when_idle, log, [&] {
     std::error_code ignored;
@@ -194,9 +221,23 @@ int run_cohortd(const CohortdConfig& config) {
     log->info("signal {} received, stopping", sig);
     idle.cancel();
     server.stop();
+    drops.cancel();
   });
+  // Lines dropped because nobody read the log fast enough are said, once there is room again.
+  std::function<void()> report_drops = [&] {
+    drops.expires_after(std::chrono::seconds(5));
+    drops.async_wait([&](std::error_code ec) {
+      if (ec) return;
+      if (uint64_t n = logging.take_dropped())
+        log->warn("{} log lines were dropped: the log was not read fast enough", n);
+      report_drops();
+    });
+  };
+  report_drops();
   io.run();
   auto st = server.stats();
+  if (uint64_t n = logging.take_dropped())
+    log->warn("{} log lines were dropped: the log was not read fast enough", n);
   log->info("stopped after {} connections", st.accepted);
   return 0;
 }

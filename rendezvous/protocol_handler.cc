@@ -126,7 +126,8 @@ bool ProtocolHandler::process() {
       auto op = op_from_wire(dialect_, pending[0]);
       if (!op || *op != Op::kCancelWait) break;  // held until the wait ends
     }
-    if (out_.size() > kMaxQueuedOutput) break;  // resumes when the client reads its replies
+    // Backpressure: resumes when the client reads its replies.
+    if (out_.size() + unsent_elsewhere_ >= options_.max_unsent_bytes) break;
     // A tagged write: run once per (client, request), however often it is sent.
     uint64_t tag_client = 0, tag_request = 0;
     bool tagged = pending[0] == kTaggedOpcode;
@@ -177,9 +178,9 @@ bool ProtocolHandler::process() {
       notifications_aside_ = &notifications;
       state_.begin_batch();
       bool keep = dispatch(req_);
-      notifications_aside_ = nullptr;
       if (keep) state_.remember_reply(tag_client, tag_request, out_.substr(reply_start));
-      state_.end_batch();
+      state_.end_batch();  // held notifications are delivered here, still set aside
+      notifications_aside_ = nullptr;
       // The watch notifications this write caused go where an untagged write puts them, before
       // its reply (the write happens, then it is answered); they were set aside only so that the
       // remembered reply is the reply alone.
@@ -309,7 +310,11 @@ bool ProtocolHandler::dispatch(const Request& req) {
       }
       return true;
     case Op::kMultiSet:
+      // One batch, so one log record: a crash keeps all of it or none (and waiters and watchers
+      // hear of it once it is logged).
+      st.begin_batch();
       for (size_t i = 0; i < req.keys.size(); ++i) st.set(req.keys[i], req.values[i]);
+      st.end_batch();
       return true;
     case Op::kQueuePush:
       st.queue_push(req.keys[0], req.values[0]);

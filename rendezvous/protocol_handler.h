@@ -57,8 +57,10 @@ class ProtocolHandler {
   // True when the connection was closed for lack of (valid) authentication.
   bool refused_unauthenticated() const { return refused_unauthenticated_; }
 
-  // Output beyond this stops processing until the client reads its replies.
-  static constexpr size_t kMaxQueuedOutput = 64ull << 20;
+  // Replies already taken out of output() and not yet sent (the session's write in flight):
+  // they count toward options.max_unsent_bytes, beyond which process() executes nothing more
+  // until the client reads.
+  void set_unsent_elsewhere(size_t n) { unsent_elsewhere_ = n; }
 
  private:
   // Executes one request; false when the connection must close.
@@ -74,6 +76,7 @@ class ProtocolHandler {
   size_t begin_ = 0;  // first unconsumed byte of in_
   size_t end_ = 0;    // end of valid bytes in in_
   std::string out_;
+  size_t unsent_elsewhere_ = 0;
   // While a tagged write runs, notifications to this connection go here, not into the reply
   // that a retry replays (a retry must not notify twice).
   std::string* notifications_aside_ = nullptr;

@@ -99,6 +99,7 @@ class StoreServer::Impl final : public SessionHost,
     s.connections = sessions_.size();
     s.parked_waits = state_.parked_waits();
     s.keys = state_.num_keys();
+    s.connection_bytes = connection_bytes_;
     return s;
   }
 
@@ -120,6 +121,17 @@ class StoreServer::Impl final : public SessionHost,
       ++stats_.closed_for_limit;
     }
   }
+
+  void charge(int64_t delta) override {
+    connection_bytes_ = static_cast<uint64_t>(static_cast<int64_t>(connection_bytes_) + delta);
+    if (connection_bytes_ > options_.connection_memory_budget && !budget_check_posted_ &&
+        !stopped_) {
+      // Not here: this runs inside a session's request, maybe while the state notifies.
+      budget_check_posted_ = true;
+      asio::post(io_, [self = shared_from_this()] { self->enforce_budget(); });
+    }
+  }
+  void count_memory_close() override { ++stats_.closed_for_memory; }
 
   // StoreListener
   void on_wait_satisfied(SessionId id) override {
@@ -171,6 +183,23 @@ class StoreServer::Impl final : public SessionHost,
       }
       self->arm_journal_timer();
     });
+  }
+
+  // Over --connection-memory-budget: close the connections holding the most until under it.
+  void enforce_budget() {
+    budget_check_posted_ = false;
+    while (!stopped_ && connection_bytes_ > options_.connection_memory_budget) {
+      std::shared_ptr<Session> largest;  // held: closing erases it from sessions_
+      for (auto& [id, s] : sessions_)
+        if (!largest || s->footprint() > largest->footprint()) largest = s;
+      if (!largest || largest->footprint() == 0) return;
+      ++stats_.closed_for_memory;
+      largest->close_for_memory(
+          std::to_string(largest->footprint()) +
+          " bytes unsent or buffered, the most of any connection, while all hold " +
+          std::to_string(connection_bytes_) + ", past --connection-memory-budget (" +
+          std::to_string(options_.connection_memory_budget) + ")");
+    }
   }
 
   void do_accept() {
@@ -256,6 +285,8 @@ class StoreServer::Impl final : public SessionHost,
   std::unordered_map<SessionId, std::shared_ptr<Session>> sessions_;
   std::unordered_map<std::string, size_t> per_address_;  // open sessions by client address
   StoreServerStats stats_;
+  uint64_t connection_bytes_ = 0;  // sum of every session's footprint()
+  bool budget_check_posted_ = false;
   std::chrono::steady_clock::time_point last_refusal_log_{};
 };
 

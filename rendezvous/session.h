@@ -31,6 +31,11 @@ class SessionHost {
   // The session closed its socket; `for_limit` when a limit or a protocol error caused it,
   // `unauthenticated` when it had no valid token.
   virtual void on_session_closed(SessionId id, bool for_limit, bool unauthenticated) = 0;
+  // A session's unsent and buffered bytes changed by `delta` (see Session::footprint()); the
+  // host enforces options().connection_memory_budget over all of them.
+  virtual void charge(int64_t delta) = 0;
+  // A session closes itself for --max-unsent-bytes (counted in the stats).
+  virtual void count_memory_close() = 0;
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -47,8 +52,16 @@ class Session : public std::enable_shared_from_this<Session> {
   void stop();
   // The parked WAIT is satisfied: send STOP_WAITING and resume buffered requests.
   void wake();
-  // Sends unsolicited bytes (a 1.13 watch notification).
+  // Sends unsolicited bytes (a 1.13 watch notification). Bytes that would take the connection
+  // past --max-unsent-bytes are dropped and the connection is closed on a later turn of the loop
+  // (this runs inside another client's write, while the state notifies).
   void deliver(std::string_view bytes);
+
+  // Replies and notifications not yet sent, plus requests read and not yet executed.
+  size_t footprint() const { return unsent() + handler_.buffered_input(); }
+  // Closes the connection with a log line naming the peer and `reason`, counted as closed for a
+  // limit. Call from a handler of its own (not while the state runs a request).
+  void close_for_memory(const std::string& reason);
 
  private:
   void do_read();
@@ -57,6 +70,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void flush();
   void close(const std::string& reason, bool for_limit, bool unauthenticated = false);
   bool backlogged() const;
+  size_t unsent() const { return handler_.output().size() + writing_.size(); }
+  // Tells the host how footprint() changed since last time, and the handler what is in flight.
+  void account();
   // Arms the --request-timeout timer while half a request is buffered, disarms it otherwise.
   void watch_partial_request();
 
@@ -73,7 +89,10 @@ class Session : public std::enable_shared_from_this<Session> {
   bool write_in_flight_ = false;
   bool read_in_flight_ = false;
   bool process_posted_ = false;
+  bool flush_posted_ = false;
   bool closed_ = false;
+  bool overflowed_ = false;  // past --max-unsent-bytes: closing, further bytes dropped
+  size_t accounted_ = 0;     // footprint() as last charged to the host
 };
 
 }  // namespace cohort::rdzv

@@ -18,9 +18,10 @@ namespace cohort::rdzv {
 namespace {
 
 constexpr char kMagic[8] = {'C', 'O', 'H', 'O', 'R', 'T', 'L', 'G'};
-constexpr uint32_t kVersion = 1;
+// Version 2 added kAppend; version 1 logs are read as they are.
+constexpr uint32_t kVersion = 2, kOldestVersion = 1;
 constexpr size_t kHeader = 12;
-enum Entry : uint8_t { kSet = 1, kDelete = 2, kReply = 3 };
+enum Entry : uint8_t { kSet = 1, kDelete = 2, kReply = 3, kAppend = 4 };
 
 uint32_t crc(std::string_view s) {
   return static_cast<uint32_t>(
@@ -106,6 +107,7 @@ StoreLog::StoreLog(const std::string& dir, StoreState* state, FsyncPolicy policy
   if (size_ == 0) {
     write_all(fd_, header(), path_);
     size_ = kHeader;
+    version_ = kVersion;
     ::fsync(fd_);
     fsync_dir(dir_);
   }
@@ -135,6 +137,10 @@ bool StoreLog::apply_batch(std::string_view payload) {
     } else if (type == kDelete) {
       if (!e.bytes(&key, UINT64_MAX, &too_long)) return false;
       state_->restore_delete(key);
+    } else if (type == kAppend) {
+      if (!e.bytes(&key, UINT64_MAX, &too_long) || !e.bytes(&value, UINT64_MAX, &too_long))
+        return false;
+      state_->restore_append(key, value);
     } else if (type == kReply) {
       uint64_t client, request;
       if (!e.u64(&client) || !e.u64(&request) || !e.bytes(&value, UINT64_MAX, &too_long))
@@ -177,10 +183,12 @@ void StoreLog::replay() {
   }
   uint32_t version;
   std::memcpy(&version, data.data() + 8, 4);
-  if (version != kVersion) {
+  if (version < kOldestVersion || version > kVersion) {
     throw Error("store log " + path_ + " has version " + std::to_string(version) +
-                ", this cohortd reads version " + std::to_string(kVersion));
+                ", this cohortd reads versions " + std::to_string(kOldestVersion) + " to " +
+                std::to_string(kVersion));
   }
+  version_ = version;
   size_t pos = kHeader;
   bool damaged = false;
   while (pos < data.size()) {
@@ -233,16 +241,32 @@ void StoreLog::end_batch() {
   batch_.clear();
 }
 
-void StoreLog::on_change(std::string_view key, const std::string* value) {
-  std::string entry;
-  put_u8(&entry, value ? kSet : kDelete);
-  put_bytes(&entry, key);
-  if (value) put_bytes(&entry, *value);
+void StoreLog::add_entry(const std::string& entry) {
   if (batch_depth_ > 0) {
     batch_.append(entry);
   } else {
     append_record(entry);
   }
+}
+
+void StoreLog::on_change(std::string_view key, const std::string* value) {
+  std::string entry;
+  put_u8(&entry, value ? kSet : kDelete);
+  put_bytes(&entry, key);
+  if (value) put_bytes(&entry, *value);
+  add_entry(entry);
+}
+
+void StoreLog::on_append(std::string_view key, std::string_view suffix, const std::string& value) {
+  if (version_ < 2) {
+    on_change(key, &value);  // an older cohortd may still read this file
+    return;
+  }
+  std::string entry;
+  put_u8(&entry, kAppend);
+  put_bytes(&entry, key);
+  put_bytes(&entry, suffix);
+  add_entry(entry);
 }
 
 void StoreLog::on_reply(uint64_t client, uint64_t request, const std::string& reply) {
@@ -251,17 +275,14 @@ void StoreLog::on_reply(uint64_t client, uint64_t request, const std::string& re
   put_u64(&entry, client);
   put_u64(&entry, request);
   put_bytes(&entry, reply);
-  if (batch_depth_ > 0) {
-    batch_.append(entry);
-  } else {
-    append_record(entry);
-  }
+  add_entry(entry);
 }
 
 void StoreLog::append_record(const std::string& payload) {
   std::string rec = frame(payload);
   write_all(fd_, rec, path_);
   size_ += rec.size();
+  bytes_written_ += rec.size();
   dirty_ = true;
   if (policy_ == FsyncPolicy::kAlways) sync();
 }
@@ -292,13 +313,26 @@ std::string StoreLog::snapshot() const {
   return out;
 }
 
+uint64_t StoreLog::snapshot_size() const {
+  // Each entry's frame (8), type (1) and length prefixes (8 each), as snapshot() writes them.
+  uint64_t n = kHeader;
+  state_->for_each([&](const std::string& k, const std::string& v) {
+    n += 8 + 1 + 8 + k.size() + 8 + v.size();
+  });
+  state_->for_each_reply(
+      [&](uint64_t, uint64_t, const std::string& reply) { n += 8 + 1 + 8 + 8 + 8 + reply.size(); });
+  return n;
+}
+
 bool StoreLog::maybe_compact(double factor) {
   if (batch_depth_ > 0) return false;
-  // Cheap estimate first: only build a snapshot when the log is big enough to bother.
-  if (size_ < (1u << 20)) return false;
-  std::string snap = snapshot();
-  if (static_cast<double>(size_) < factor * static_cast<double>(snap.size()) + (1u << 20))
+  // Cheap checks first: only look when the log is big enough to bother and has grown since the
+  // last look (an idle store costs nothing), and size the snapshot before building it.
+  if (size_ < (1u << 20) || size_ == checked_at_size_) return false;
+  checked_at_size_ = size_;
+  if (static_cast<double>(size_) < factor * static_cast<double>(snapshot_size()) + (1u << 20))
     return false;
+  std::string snap = snapshot();
   std::string tmp = path_ + ".compact";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) throw io_error("cannot create", tmp);
@@ -316,7 +350,10 @@ bool StoreLog::maybe_compact(double factor) {
   ::close(fd_);
   fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd_ < 0) throw io_error("cannot reopen", path_);
-  size_ = snap.size();
+  size_ = checked_at_size_ = snap.size();
+  version_ = kVersion;
+  bytes_written_ += snap.size();
+  ++compactions_;
   dirty_ = false;
   return true;
 }

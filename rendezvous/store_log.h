@@ -2,12 +2,15 @@
 // and compacted into a snapshot when it has grown well past the live data.
 //
 // File <dir>/store.log: "COHORTLG" + u32 version, then records, each u32 length + u32 CRC-32 +
-// payload. A payload is a batch of entries (all or nothing): SET key value, DELETE key, or REPLY
+// payload. A payload is a batch of entries (all or nothing): SET key value, DELETE key, REPLY
 // client request bytes (the cached reply of a tagged write, so that a retry after a restart is not
-// run twice). A damaged last record (cut short by a crash, or failing its CRC) is dropped, with a
-// warning. Damage with valid records after it is no torn write: the log refuses to open and
-// leaves the file untouched, unless the operator accepts the loss (the file is copied aside
-// first, then cut at the damage). Queues (QUEUE_PUSH) are not persisted.
+// run twice), and from version 2 APPEND key suffix (a delta: 2,000 appends of 1 KiB write 2 MB,
+// not the growing value each time). Version 1 logs load; appends to one are written as SETs until
+// a compaction rewrites it as version 2, so an older cohortd can still read it meanwhile. A damaged
+// last record (cut short by a crash, or failing its CRC) is dropped, with a warning. Damage with
+// valid records after it is no torn write: the log refuses to open and leaves the file untouched,
+// unless the operator accepts the loss (the file is copied aside first, then cut at the damage).
+// Queues (QUEUE_PUSH) are not persisted.
 //
 // Durability: every batch is written with write(2) before its reply goes out, so a cohortd killed
 // by any signal loses nothing it acknowledged. fsync(2) follows the policy: kAlways (each batch),
@@ -46,12 +49,18 @@ class StoreLog final : public StoreState::Journal {
 
   // Writes a snapshot and replaces the log with it when the log has grown to more than
   // `factor` times the snapshot's size (plus 1 MiB). Returns true when it compacted.
+  // Costs nothing while nothing was written since the last check (an idle store never pauses
+  // here), and sizes the snapshot without building it.
   bool maybe_compact(double factor = 2.0);
+  // Bytes written to the log since it was opened, compactions included; compactions done.
+  uint64_t bytes_written() const { return bytes_written_; }
+  uint64_t compactions() const { return compactions_; }
   // fsync now if anything was written since the last one (the kInterval timer calls this).
   void sync();
 
   // StoreState::Journal
   void on_change(std::string_view key, const std::string* value) override;
+  void on_append(std::string_view key, std::string_view suffix, const std::string& value) override;
   void on_reply(uint64_t client, uint64_t request, const std::string& reply) override;
   void begin_batch() override;
   void end_batch() override;
@@ -62,12 +71,18 @@ class StoreLog final : public StoreState::Journal {
   bool apply_batch(std::string_view payload);
   void append_record(const std::string& payload);
   std::string snapshot() const;
+  uint64_t snapshot_size() const;  // snapshot().size(), without building it
+  void add_entry(const std::string& entry);
 
   std::string dir_, path_;
   StoreState* state_;
   FsyncPolicy policy_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  uint32_t version_ = 0;          // of the open file: APPEND entries only from version 2
+  uint64_t checked_at_size_ = 0;  // size_ at the last maybe_compact() that looked
+  uint64_t bytes_written_ = 0;
+  uint64_t compactions_ = 0;
   bool dirty_ = false;  // written since the last fsync
   int batch_depth_ = 0;
   std::string batch_;

@@ -41,6 +41,7 @@ bool StoreState::exists(std::string_view key) const {
 }
 
 void StoreState::set(std::string_view key, std::string_view value) {
+  Hold hold(this);
   auto it = data_.find(key);
   if (it == data_.end()) {
     data_.emplace(std::string(key), std::string(value));
@@ -60,6 +61,7 @@ const std::string* StoreState::get(std::string_view key) const {
 }
 
 bool StoreState::add(std::string_view key, int64_t delta, int64_t* result) {
+  Hold hold(this);
   auto it = data_.find(key);
   int64_t current = 0;
   if (it != data_.end() && !parse_like_stoll(it->second, &current)) return false;
@@ -82,6 +84,7 @@ bool StoreState::add(std::string_view key, int64_t delta, int64_t* result) {
 
 std::string StoreState::compare_set(std::string_view key, std::string_view expected,
                                     std::string_view desired) {
+  Hold hold(this);
   auto it = data_.find(key);
   if (it == data_.end()) {
     // PyTorch's quirk: a missing key with a non-empty `expected` is not written, and the reply
@@ -108,6 +111,7 @@ bool StoreState::check(std::span<const std::string_view> keys) const {
 }
 
 bool StoreState::delete_key(std::string_view key) {
+  Hold hold(this);
   auto it = data_.find(key);
   if (it == data_.end()) return false;
   std::string old = std::move(it->second);
@@ -118,6 +122,7 @@ bool StoreState::delete_key(std::string_view key) {
 }
 
 void StoreState::append(std::string_view key, std::string_view value) {
+  Hold hold(this);
   auto it = data_.find(key);
   if (it == data_.end()) {
     data_.emplace(std::string(key), std::string(value));
@@ -127,8 +132,17 @@ void StoreState::append(std::string_view key, std::string_view value) {
     it->second.append(value);
     notify_watchers(key, kWatchUpdated, old, it->second);
   }
-  changed(key);
+  if (journal_) journal_->on_append(key, value, data_.find(key)->second);
   wake(key);
+}
+
+void StoreState::restore_append(std::string_view key, std::string_view suffix) {
+  auto it = data_.find(key);
+  if (it == data_.end()) {
+    data_.emplace(std::string(key), std::string(suffix));
+  } else {
+    it->second.append(suffix);
+  }
 }
 
 StoreState::WaitResult StoreState::wait(SessionId session, std::span<const std::string_view> keys) {
@@ -238,7 +252,37 @@ void StoreState::wake(std::string_view key, bool only_one) {
   list.erase(list.begin() + static_cast<ptrdiff_t>(kept), list.begin() + static_cast<ptrdiff_t>(i));
   if (list.empty()) waiters_by_key_.erase(it);
   // Told after the bookkeeping, so a listener may call back into the state.
-  for (SessionId s : satisfied) listener_->on_wait_satisfied(s);
+  for (SessionId s : satisfied) emit_wake(s);
+}
+
+void StoreState::emit_wake(SessionId s) {
+  if (hold_depth_ > 0) {
+    held_.push_back({s, true, {}});
+  } else {
+    listener_->on_wait_satisfied(s);
+  }
+}
+
+void StoreState::emit_watch(SessionId s, const std::string& message) {
+  if (hold_depth_ > 0) {
+    held_.push_back({s, false, message});
+  } else {
+    listener_->on_watch_event(s, message);
+  }
+}
+
+void StoreState::release() {
+  if (--hold_depth_ > 0 || held_.empty()) return;
+  // Moved out first: a listener may call back into the state, which holds and releases anew.
+  std::vector<HeldEvent> events = std::move(held_);
+  held_.clear();
+  for (const HeldEvent& e : events) {
+    if (e.wake) {
+      listener_->on_wait_satisfied(e.session);
+    } else {
+      listener_->on_watch_event(e.session, e.message);
+    }
+  }
 }
 
 void StoreState::watch(SessionId session, std::string_view key) {
@@ -259,10 +303,11 @@ void StoreState::notify_watchers(std::string_view key, uint8_t type, std::string
   put_bytes(&msg, key);
   put_bytes(&msg, old_value);
   put_bytes(&msg, new_value);
-  for (SessionId s : it->second) listener_->on_watch_event(s, msg);
+  for (SessionId s : it->second) emit_watch(s, msg);
 }
 
 void StoreState::queue_push(std::string_view key, std::string_view value) {
+  Hold hold(this);
   auto it = queues_.find(key);
   if (it == queues_.end()) it = queues_.emplace(key, std::deque<std::string>{}).first;
   it->second.emplace_back(value);

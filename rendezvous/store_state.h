@@ -95,17 +95,28 @@ class StoreState {
    public:
     virtual ~Journal() = default;
     virtual void on_change(std::string_view key, const std::string* value) = 0;
+    // APPEND added `suffix` to `key`, whose value is now `value`: a journal may record the delta.
+    virtual void on_append(std::string_view key, std::string_view suffix,
+                           const std::string& value) {
+      (void)suffix;
+      on_change(key, &value);
+    }
     virtual void on_reply(uint64_t client, uint64_t request, const std::string& reply) = 0;
     virtual void begin_batch() = 0;
     virtual void end_batch() = 0;
   };
   // `journal` must outlive the state (nullptr: none).
   void set_journal(Journal* journal) { journal_ = journal; }
+  // Until the outermost end_batch(), woken waits and watch notifications are held: a client is
+  // told of a change only once the journal has it (written, and with --fsync always synced), so
+  // no client acts on a write that a crash then loses.
   void begin_batch() {
+    ++hold_depth_;
     if (journal_) journal_->begin_batch();
   }
   void end_batch() {
     if (journal_) journal_->end_batch();
+    release();
   }
 
   // Replies to tagged requests (cohortd's extension for safe retries): the last reply per client.
@@ -120,6 +131,8 @@ class StoreState {
     data_.insert_or_assign(std::move(key), std::move(value));
   }
   void restore_delete(std::string_view key);
+  // Restores an APPEND (creating the key when missing), without waking or notifying anyone.
+  void restore_append(std::string_view key, std::string_view suffix);
 
  private:
   struct PendingWait {
@@ -145,7 +158,28 @@ class StoreState {
                        std::string_view new_value);
   void unregister(SessionId session, const PendingWait& w);
 
+  // Holds listener calls for the duration of a change, after its journal entry (see
+  // begin_batch()); each mutating operation takes one.
+  struct Hold {
+    explicit Hold(StoreState* s) : s_(s) { ++s_->hold_depth_; }
+    ~Hold() { s_->release(); }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    StoreState* s_;
+  };
+  struct HeldEvent {
+    SessionId session;
+    bool wake;  // on_wait_satisfied; else on_watch_event with `message`
+    std::string message;
+  };
+  void emit_wake(SessionId s);
+  void emit_watch(SessionId s, const std::string& message);
+  // Ends one hold; the outermost tells the listener what was held, in order.
+  void release();
+
   StoreListener* listener_;
+  int hold_depth_ = 0;
+  std::vector<HeldEvent> held_;
   size_t max_waiters_;
   StringMap<std::string> data_;
   StringMap<std::deque<std::string>> queues_;

@@ -365,6 +365,188 @@ def endpoint_shared(ctx):
                ("" if ok else ": " + errs[-300:]))
 
 
+def start_cohortd(ctx, *flags, stderr=subprocess.PIPE):
+    """A cohortd on a free port of 127.0.0.1; returns (process, port)."""
+    s = subprocess.Popen([ctx.path("cohortd"), "--host", "127.0.0.1", "--port", "0", *flags],
+                         stdout=subprocess.PIPE, stderr=stderr, env=ctx.env())
+    return s, int(s.stdout.readline().decode().strip().rsplit(":", 1)[1])
+
+
+def current_dialect(port):
+    """A current-dialect client (VALIDATE done): a socket and set/get/timed helpers."""
+    c = socket.create_connection(("127.0.0.1", port))
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    c.settimeout(10)
+    c.sendall(b"\x00" + (0x3C85F7CE).to_bytes(4, "little"))
+    return c
+
+
+def recv_exact(c, n):
+    out = b""
+    while len(out) < n:
+        got = c.recv(n - len(out))
+        if not got:
+            raise ConnectionError("closed")
+        out += got
+    return out
+
+
+def wire_bytes(b):
+    return len(b).to_bytes(8, "little") + b
+
+
+def polite_set_get(c, i):
+    """SET then GET of a small key on a current-dialect connection; seconds taken."""
+    t0 = time.monotonic()
+    v = str(i).encode()
+    c.sendall(b"\x01" + wire_bytes(b"polite") + wire_bytes(v))  # SET (no reply)
+    c.sendall(b"\x03" + wire_bytes(b"polite"))                  # GET
+    n = int.from_bytes(recv_exact(c, 8), "little")
+    if recv_exact(c, n) != v:
+        raise RuntimeError("wrong value")
+    return time.monotonic() - t0
+
+
+def status_kib(pid, field):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return -1
+
+
+@scenario("1.13 watcher that never reads, under 1,200 SETs of 1 MB", "store")
+def store_slow_watcher(ctx):
+    budget = 128 << 20
+    s, port = start_cohortd(ctx, "--max-unsent-bytes", str(32 << 20),
+                            "--connection-memory-budget", str(budget))
+    writer = current_dialect(port)
+    writer.sendall(b"\x01" + wire_bytes(b"big") + wire_bytes(b"a" * (1 << 20)))
+    watcher = socket.create_connection(("127.0.0.1", port))
+    watcher.sendall(b"\x07" + wire_bytes(b"big"))  # 1.13 WATCH_KEY, never read
+    polite = current_dialect(port)
+    polite_set_get(polite, -1)
+    mb = b"\x01" + wire_bytes(b"big") + wire_bytes(b"b" * (1 << 20))
+    worst = 0.0
+    t0 = time.monotonic()
+    for i in range(1200):
+        writer.sendall(mb)
+        if i % 20 == 0:
+            worst = max(worst, polite_set_get(polite, i))
+    worst = max(worst, polite_set_get(polite, 1200))
+    took = time.monotonic() - t0
+    hwm = status_kib(s.pid, "VmHWM") >> 10
+    watcher.settimeout(10)
+    try:
+        while watcher.recv(1 << 20):
+            pass
+        closed = True
+    except (ConnectionResetError, socket.timeout) as e:
+        closed = isinstance(e, ConnectionResetError)
+    s.send_signal(signal.SIGTERM)
+    _, err = s.communicate(timeout=10)
+    ok = closed and hwm * (1 << 20) < budget + (256 << 20) and worst < 0.1 and s.returncode == 0
+    return row(took, summary_line(err.decode(), "max-unsent-bytes"),
+               f"peak RSS {hwm} MiB, others served (worst {worst * 1000:.0f} ms)", "nothing", ok,
+               "the watcher is closed at --max-unsent-bytes with a log line; cohortd's peak RSS "
+               "stays under --connection-memory-budget + 256 MiB; a polite client is served "
+               "within 100 ms throughout")
+
+
+@scenario("cohortd's stderr not read, then its reader gone", "store")
+def store_unread_log(ctx):
+    r, w = os.pipe()
+    s = subprocess.Popen([ctx.path("cohortd"), "--host", "127.0.0.1", "--port", "0"],
+                         stdout=subprocess.PIPE, stderr=w, env=ctx.env())
+    os.close(w)
+    port = int(s.stdout.readline().decode().strip().rsplit(":", 1)[1])
+    bad = b"\x00" + (1 << 40).to_bytes(8, "little")  # a key over the limit: one warning line
+
+    def provoke(n):
+        for _ in range(n):
+            c = socket.create_connection(("127.0.0.1", port))
+            c.sendall(bad)
+            c.close()
+    t0 = time.monotonic()
+    provoke(1000)  # about 150 KB of warnings into a 64 KiB pipe nobody reads
+    served_unread = polite_set_get(current_dialect(port), 1) < 5
+    os.close(r)  # the reader goes away
+    provoke(50)
+    served_closed = polite_set_get(current_dialect(port), 2) < 5
+    alive = s.poll() is None
+    took = time.monotonic() - t0
+    s.send_signal(signal.SIGTERM)
+    s.wait(timeout=10)
+    ok = served_unread and served_closed and alive and s.returncode == 0
+    return row(took, "clients served with the log unread, and after its reader closed",
+               "store unaffected" if ok else f"no (alive={alive}, rc={s.returncode})", "nothing",
+               ok, "log lines never block the loop (dropped and counted instead) and SIGPIPE is "
+               "ignored: clients are served and cohortd exits 0 on SIGTERM")
+
+
+@scenario("a 3-byte token file for cohortd", "input")
+def store_short_token(ctx):
+    token = os.path.join(ctx.dir, "token")
+    with open(token, "w") as f:
+        f.write("abc\n")
+    p, took = ctx.run([ctx.path("cohortd"), "--port", "0", "--auth-token-file", token], timeout=10)
+    ok = p.returncode == 2 and token in p.stderr and "at least 16" in p.stderr
+    return row(took, summary_line(p.stderr, "cohortd:"), "n/a", "nothing", ok,
+               "exit 2 naming the file, the minimum and how to make a token")
+
+
+@scenario("2,000 APPENDs of 1 KiB with --data-dir", "store")
+def store_append_log(ctx):
+    data = os.path.join(ctx.dir, "store")
+    s, port = start_cohortd(ctx, "--data-dir", data, "--fsync", "never")
+    c = current_dialect(port)
+    t0 = time.monotonic()
+    for _ in range(2000):
+        c.sendall(b"\x09" + wire_bytes(b"grows") + wire_bytes(b"a" * 1024))  # APPEND (no reply)
+    c.sendall(b"\x03" + wire_bytes(b"grows"))  # GET: all appends ran
+    n = int.from_bytes(recv_exact(c, 8), "little")
+    recv_exact(c, n)
+    took = time.monotonic() - t0
+    s.send_signal(signal.SIGTERM)
+    s.wait(timeout=10)
+    log_bytes = os.path.getsize(os.path.join(data, "store.log"))
+    ok = n == 2000 * 1024 and log_bytes < 4 << 20 and s.returncode == 0
+    return row(took, f"a {n >> 10} KiB value, store.log {log_bytes / 2**20:.1f} MB", "n/a",
+               "nothing", ok, "each APPEND is logged as its delta: the log stays O(total), under "
+               "4 MB for a 2 MB value (it was 2 GB written)")
+
+
+@scenario("MULTI_SET cut short in the log by a crash", "store")
+def store_torn_multi_set(ctx):
+    data = os.path.join(ctx.dir, "store")
+    s, port = start_cohortd(ctx, "--data-dir", data, "--fsync", "always")
+    c = current_dialect(port)
+    keys = [b"a", b"b", b"c"]
+    msg = b"\x0b" + len(keys).to_bytes(8, "little")  # MULTI_SET: count, then key and value each
+    for k in keys:
+        msg += wire_bytes(k) + wire_bytes(b"v")
+    c.sendall(msg + b"\x03" + wire_bytes(b"c"))
+    recv_exact(c, 9)
+    s.kill()
+    s.wait()
+    path = os.path.join(data, "store.log")
+    os.truncate(path, os.path.getsize(path) - 1)  # the crash tore the last write
+    t0 = time.monotonic()
+    s, port = start_cohortd(ctx, "--data-dir", data)
+    c = current_dialect(port)
+    survived = []
+    for k in keys:  # CHECK of each key alone: 0 ready (it survived), 1 not ready
+        c.sendall(b"\x05" + (1).to_bytes(8, "little") + wire_bytes(k))
+        if recv_exact(c, 1) == b"\x00":
+            survived.append(k.decode())
+    took = time.monotonic() - t0
+    s.send_signal(signal.SIGTERM)
+    _, err = s.communicate(timeout=10)
+    ok = not survived and s.returncode == 0
+    return row(took, summary_line(err.decode(), "torn"), "all three keys gone together" if ok
+               else f"no: {', '.join(survived)} survived without the rest", "nothing", ok,
+               "a MULTI_SET is one log record: a torn one loses all its keys, never some")
+
+
 # ---- network (namespaces) -----------------------------------------------------------------------------
 
 NET_ENV = dict(COHORT_NETNS_PREFIX="cft", COHORT_NETNS_SUBNET="10.75.0", COHORT_NETNS_NODES="4")

@@ -3,9 +3,11 @@
 #include "cohort/error.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <fstream>
 
+#include "cohort/rdzv/cohortd.h"
 #include "cohort/rdzv/server.h"
 #include "cohort/rdzv/tcp_store.h"
 #include "hex.h"
@@ -137,6 +139,35 @@ TEST(Auth, TokenFiles) {
   EXPECT_THROW(auth::read_token_file(path), std::runtime_error);
   ::unlink(path.c_str());
   EXPECT_THROW(auth::read_token_file(path), std::runtime_error);
+}
+
+TEST(Auth, ShortTokensAreRefusedAndReadableFilesWarned) {
+  std::string path = "/tmp/cohort_token_check_" + std::to_string(::getpid());
+  std::ofstream(path) << "abc\n";
+  ::chmod(path.c_str(), 0600);
+  try {
+    auth::check_token_file(path, auth::read_token_file(path));
+    ADD_FAILURE() << "a 3-byte token was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("at least 16"), std::string::npos) << e.what();
+  }
+  // cohortd refuses to start on it, with a usage error.
+  std::string flag = "--auth-token-file", arg0 = "cohortd";
+  char* argv[] = {arg0.data(), flag.data(), path.data(), nullptr};
+  rdzv::CohortdConfig config;
+  EXPECT_EQ(rdzv::parse_cohortd_args(3, argv, &config), 2);
+
+  std::ofstream(path) << "0123456789abcdef0123\n";
+  ::chmod(path.c_str(), 0600);
+  EXPECT_EQ(auth::check_token_file(path, auth::read_token_file(path)), "");
+  ::chmod(path.c_str(), 0644);
+  std::string warning = auth::check_token_file(path, auth::read_token_file(path));
+  EXPECT_NE(warning.find("0644"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("chmod 600 " + path), std::string::npos) << warning;
+  EXPECT_EQ(rdzv::parse_cohortd_args(3, argv, &config), -1);
+  EXPECT_EQ(config.server.auth_token, "0123456789abcdef0123");
+  ::unlink(path.c_str());
 }
 
 }  // namespace

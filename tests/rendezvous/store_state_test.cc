@@ -219,5 +219,46 @@ TEST_F(StoreStateTest, WatchersSeeCreateUpdateDeleteWithOldAndNewValues) {
   EXPECT_EQ(rec.watch_events.size(), 3u);
 }
 
+// Journal and listener write into one history: nobody may hear of a change before it is logged.
+struct OrderJournal : StoreState::Journal, StoreListener {
+  std::vector<std::string> history;
+  int depth = 0;
+  void on_change(std::string_view key, const std::string*) override {
+    history.push_back(depth > 0 ? "batched " + std::string(key) : "logged " + std::string(key));
+  }
+  void on_reply(uint64_t, uint64_t, const std::string&) override {}
+  void begin_batch() override { ++depth; }
+  void end_batch() override {
+    if (--depth == 0) history.push_back("logged batch");
+  }
+  void on_wait_satisfied(SessionId s) override { history.push_back("woke " + std::to_string(s)); }
+  void on_watch_event(SessionId s, std::string_view) override {
+    history.push_back("notified " + std::to_string(s));
+  }
+};
+
+TEST(StoreStateDurability, WaitersAndWatchersHearOfAChangeOnlyAfterItIsLogged) {
+  OrderJournal j;
+  StoreState st(&j, 0);
+  st.set_journal(&j);
+  st.watch(1, "k");
+  std::vector<std::string_view> keys = {"k"};
+  ASSERT_EQ(st.wait(2, keys), StoreState::WaitResult::kParked);
+  st.set("k", "v");
+  EXPECT_EQ(j.history, (std::vector<std::string>{"logged k", "notified 1", "woke 2"}));
+
+  // In a batch (a MULTI_SET, a tagged write): after the whole batch is logged.
+  j.history.clear();
+  std::vector<std::string_view> later = {"n"};
+  ASSERT_EQ(st.wait(2, later), StoreState::WaitResult::kParked);
+  st.begin_batch();
+  st.set("other", "x");
+  st.set("k", "v2");
+  st.append("n", "w");
+  st.end_batch();
+  EXPECT_EQ(j.history, (std::vector<std::string>{"batched other", "batched k", "batched n",
+                                                 "logged batch", "notified 1", "woke 2"}));
+}
+
 }  // namespace
 }  // namespace cohort::rdzv

@@ -33,6 +33,15 @@ bool verify(std::string_view token, std::string_view challenge, std::string_view
 // naming the file when it cannot be read or is empty.
 std::string read_token_file(const std::string& path);
 
+// The shortest token cohortd accepts: a guessable token protects nothing.
+inline constexpr size_t kMinTokenBytes = 16;
+
+// Judges a token read from the file at `path`, as ssh judges a private key. Throws UsageError,
+// naming the file and what to do, when `token` is shorter than kMinTokenBytes. Returns a warning
+// when group or others may read the file ("" when it is private to its owner, or cannot be
+// examined: reading it just worked).
+std::string check_token_file(const std::string& path, std::string_view token);
+
 // A network such as "10.0.0.0/8", "127.0.0.1" (one host) or "fd00::/8".
 class Cidr {
  public:

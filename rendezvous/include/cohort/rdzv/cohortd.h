@@ -16,6 +16,8 @@ struct CohortdConfig {
   // from the last disconnection). What cohortrun uses for a c10d endpoint's store, which serves
   // every job meeting there and must not outlive them all.
   std::chrono::milliseconds exit_when_idle{0};
+  std::string log_file;   // empty: log to stderr
+  std::string log_format = "text";  // or "json": one object per line
 };
 
 // Parses cohortd's command line into *config. Returns -1 to go on, else an exit status (0 after
@@ -27,7 +29,8 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config);
 long raise_fd_limit();
 
 // Serves until SIGINT or SIGTERM. Prints the listening address as the first line of stdout.
-// Returns the exit status.
+// SIGPIPE is ignored and log lines never block serving (a log nobody reads loses lines, counted
+// in a later line). Returns the exit status.
 int run_cohortd(const CohortdConfig& config);
 
 }  // namespace cohort::rdzv

@@ -39,6 +39,15 @@ struct StoreServerOptions {
   // what one host can hold, descriptors included, however its connections behave.
   size_t max_connections_per_address = 4096;
   size_t max_waiters = 1000000;  // parked WAITs; one more closes that connection
+  // Bytes one connection may have waiting to be sent (replies, 1.13 watch notifications). Its
+  // requests are not executed while it has this much unsent (a pipelining client that reads
+  // slowly is slowed down, not closed); a notification that would take it past the bound closes
+  // it, since a client that does not read its notifications would otherwise grow without end.
+  // Requests buffered behind a parked WAIT or unsent replies are not read past this bound either.
+  uint64_t max_unsent_bytes = 64ull << 20;
+  // All connections' unsent and buffered bytes together: over it, the connection holding the
+  // most is closed with a log line. Bounds what slow readers cost however many there are.
+  uint64_t connection_memory_budget = 1ull << 30;
   // A request begun but not completed within this time closes its connection (a slow client
   // cannot hold a connection slot with half a request). Idle connections are fine. 0: no limit.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
@@ -64,6 +73,9 @@ struct StoreServerStats {
   uint64_t accepted = 0;   // since start
   uint64_t refused = 0;    // closed at accept: max_connections or max_connections_per_address
   uint64_t closed_for_limit = 0;         // a limit, a malformed request, or --request-timeout
+  uint64_t closed_for_memory = 0;        // --max-unsent-bytes or --connection-memory-budget (also
+                                         // counted in closed_for_limit)
+  uint64_t connection_bytes = 0;         // unsent and buffered, all connections, now
   uint64_t refused_unauthenticated = 0;  // no token, or a wrong one
   size_t replayed_records = 0;           // from the data directory at start-up
   size_t parked_waits = 0;
