@@ -28,7 +28,7 @@ TEST(IdleStore, A400MBDataDirStoreDoesNotPauseItsLoop) {
     o.connect_timeout = 10s;
     TcpStore s(o);
     const std::string mb(1 << 20, 'x');
-    for (int i = 0; i < 400; ++i) s.set("k" + std::to_string(i), mb);
+    for (int i = 0; i < 400; ++i) s.set(std::string("k").append(std::to_string(i)), mb);
     // Idle for 3.5 s (three compaction checks and more), probed with a small GET every 2 ms.
     s.set("probe", "p");
     long worst_us = 0;

@@ -123,7 +123,8 @@ TEST_F(PersistenceTest, DamageBeforeTheLastRecordIsRefusedUnlessTheLossIsAccepte
     StoreServerThread server(options());
     port = server.port();
     TcpStore s(client(port));
-    for (int i = 0; i < 200; ++i) s.set("k" + std::to_string(i), std::string(40, 'v'));
+    for (int i = 0; i < 200; ++i)
+      s.set(std::string("k").append(std::to_string(i)), std::string(40, 'v'));
     EXPECT_EQ(s.add("counter", 7), 7);
   }
   const std::string log = dir_ + "/store.log";
