@@ -211,17 +211,21 @@ int run_cohortd(const CohortdConfig& config) {
 
   asio::steady_timer drops(io);
   asio::signal_set signals(io, SIGINT, SIGTERM);
-  IdleExit idle(io, server, config.exit_when_idle, log, [&] {
+  // Whatever ends the loop (a signal, --exit-when-idle) cancels everything else waiting on it.
+  std::function<void()> idle_cancel;
+  auto stop = [&] {
     std::error_code ignored;
     signals.cancel(ignored);
+    if (idle_cancel) idle_cancel();
+    drops.cancel();
     server.stop();
-  });
+  };
+  IdleExit idle(io, server, config.exit_when_idle, log, stop);
+  idle_cancel = [&] { idle.cancel(); };
   signals.async_wait([&](std::error_code ec, int sig) {
     if (ec) return;
     log->info("signal {} received, stopping", sig);
-    idle.cancel();
-    server.stop();
-    drops.cancel();
+    stop();
   });
   // Lines dropped because nobody read the log fast enough are said, once there is room again.
   std::function<void()> report_drops = [&] {

@@ -88,7 +88,8 @@ check_cohortd() {  # check_cohortd <label> <port file> <env assignments...>
   kill "$pid" 2>/dev/null || true
   wait "$pid" || true
 }
-echo secret-token >"$work/token"
+echo cli-test-token-of-more-than-sixteen-bytes >"$work/token"
+chmod 600 "$work/token"  # cohortd refuses tokens under 16 bytes and warns on readable files
 check_cohortd env "$work/env.port" COHORTD_HOST=127.0.0.1 COHORTD_PORT=0 \
   COHORTD_PORT_FILE="$work/env.port" COHORTD_AUTH_TOKEN_FILE="$work/token" COHORTD_FSYNC=never
 cat >"$work/cohortd.toml" <<TOML
