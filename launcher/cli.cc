@@ -381,6 +381,9 @@ const std::vector<Flag>& flags() {
         [](LaunchConfig& c, const std::string& v) {
           try {
             c.auth_token = auth::read_token_file(v);
+            // As cohortd judges it: too short is refused, readable by others is said.
+            if (std::string warning = auth::check_token_file(v, c.auth_token); !warning.empty())
+              c.notes.push_back(warning);
           } catch (const std::exception& e) {
             bad("--auth-token-file", std::string(": ") + e.what());
           }

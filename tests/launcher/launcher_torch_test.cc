@@ -93,7 +93,7 @@ TEST_F(LauncherTest, PyTorchDdpScriptRunsUnchanged) {
 
 TEST_F(LauncherTest, ProtectedStoreAdmitsPyTorchWorkersOnlyFromListedNetworks) {
   std::string token = dir_ + "/token";
-  std::ofstream(token) << "job-secret\n";
+  std::ofstream(token) << "job-secret-of-16-bytes-or-more\n";
   auto refused = run(cohortrun({"--nproc-per-node", "2", "--auth-token-file", token},
                                {kInterop + "gloo_worker.py"}),
                      {}, 180s);

@@ -49,7 +49,7 @@ TEST(UnderCohortrun, WorkersPresentTheStoreTokenOfAProtectedStore) {
   if (!have_cohortrun()) GTEST_SKIP() << COHORT_COHORTRUN << " is not built yet";
   TempDir dir;
   const std::string token = dir.path() + "/token";
-  std::ofstream(token) << "job-secret\n";
+  std::ofstream(token) << "job-secret-of-16-bytes-or-more\n";
   LauncherRun r =
       cohortrun({"--nproc-per-node=2", "--auth-token-file", token}, "collectives", {}, dir);
   EXPECT_TRUE(r.child.exited_with(0)) << r.out;
