@@ -11,7 +11,9 @@ include(CMakePackageConfigHelpers)
 # Sanitizer and fuzz builds are for tests only: nothing to install (their libraries would need
 # the sanitizer runtime in every program that loads them), and no shared library or man pages to
 # build.
-if(COHORT_SANITIZE OR COHORT_FUZZ)
+# COHORT_INSTALL=OFF: no install rules or package either (scripts/gpu_check.sh, whose
+# dependencies lie inside its build folder, where no installed package could name them).
+if(COHORT_SANITIZE OR COHORT_FUZZ OR NOT COHORT_INSTALL)
   return()
 endif()
 
