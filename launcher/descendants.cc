@@ -1,5 +1,7 @@
 #include "descendants.h"
 
+#include "proc_file.h"
+
 #include <dirent.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -7,7 +9,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -32,8 +33,7 @@ std::vector<Child> children() {
     char* end;
     long pid = std::strtol(e->d_name, &end, 10);
     if (*end != '\0' || pid <= 1) continue;
-    std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::string stat = read_proc_file(std::string("/proc/") + e->d_name + "/stat");
     auto close_paren = stat.rfind(')');
     if (close_paren == std::string::npos) continue;
     std::istringstream ss(stat.substr(close_paren + 2));

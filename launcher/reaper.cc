@@ -1,5 +1,7 @@
 #include "reaper.h"
 
+#include "proc_file.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -11,7 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -20,16 +21,9 @@
 namespace cohort::launch {
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 // Field 22 of /proc/<pid>/stat: the start time in clock ticks; "" when the process is gone.
 std::string start_time(pid_t pid) {
-  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat = read_proc_file("/proc/" + std::to_string(pid) + "/stat");
   auto close_paren = stat.rfind(')');
   if (close_paren == std::string::npos) return {};
   std::istringstream ss(stat.substr(close_paren + 2));
@@ -49,7 +43,7 @@ std::string pid_namespace(const std::string& pid) {
 // The COHORT_AGENT_ID in a process's environment ("" when none or unreadable).
 std::string agent_id_of(const std::string& pid) {
   static const std::string key = "COHORT_AGENT_ID=";
-  std::string env = read_file("/proc/" + pid + "/environ");
+  std::string env = read_proc_file("/proc/" + pid + "/environ");
   for (size_t pos = 0; pos < env.size();) {
     size_t end = env.find('\0', pos);
     if (end == std::string::npos) end = env.size();
