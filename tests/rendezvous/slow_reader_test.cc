@@ -117,9 +117,9 @@ TEST(SlowReaders, NeverReadingWatcherAndGetsStayUnderTheBudget) {
   if (polite_failure) std::rethrow_exception(polite_failure);
 
   const long hwm_kib = proc_status_kib(cohortd.pid(), "VmHWM");
-  // Under AddressSanitizer, freed memory waits in its quarantine (256 MiB by default) before it
+  // Under AddressSanitizer (and ThreadSanitizer's shadow), freed memory waits in its quarantine (256 MiB by default) before it
   // is reused, and shadow memory comes on top: the bound gets that much more room there.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   constexpr unsigned long long kSanitizerSlack = 512ull << 20;
 #else
   constexpr unsigned long long kSanitizerSlack = 0;
