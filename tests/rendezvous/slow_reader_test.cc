@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../common/sanitizer.h"
 #include "../common/subprocess.h"
 #include "cohort/rdzv/codec.h"
 #include "cohort/rdzv/tcp_store.h"
@@ -117,13 +118,11 @@ TEST(SlowReaders, NeverReadingWatcherAndGetsStayUnderTheBudget) {
   if (polite_failure) std::rethrow_exception(polite_failure);
 
   const long hwm_kib = proc_status_kib(cohortd.pid(), "VmHWM");
-  // Under AddressSanitizer (and ThreadSanitizer's shadow), freed memory waits in its quarantine (256 MiB by default) before it
-  // is reused, and shadow memory comes on top: the bound gets that much more room there.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  constexpr unsigned long long kSanitizerSlack = 512ull << 20;
-#else
-  constexpr unsigned long long kSanitizerSlack = 0;
-#endif
+  // Under AddressSanitizer, freed memory waits in its quarantine (256 MiB by default) before it is
+  // reused, and both sanitizers add shadow memory and run several times slower: there the bounds
+  // get that much more room. The Release build holds the figures (budget + 256 MiB, 100 ms).
+  constexpr unsigned long long kSanitizerSlack = cohort::testing::kSanitized ? 512ull << 20 : 0;
+  constexpr long kWorstUs = cohort::testing::kSanitized ? 500000 : 100000;
   const long limit_kib = static_cast<long>((kBudget + (256ull << 20) + kSanitizerSlack) >> 10);
   std::printf(
       "cohortd VmHWM %ld MiB (sampled RSS peak %ld MiB), limit %ld MiB; polite client: "
@@ -132,7 +131,7 @@ TEST(SlowReaders, NeverReadingWatcherAndGetsStayUnderTheBudget) {
   EXPECT_GT(hwm_kib, 0);
   EXPECT_LT(hwm_kib, limit_kib) << "cohortd's peak RSS passed the budget plus 256 MiB";
   EXPECT_GT(polite_ops.load(), 0);
-  EXPECT_LT(worst_us.load(), 100000) << "a well-behaved client waited over 100 ms for a set+get";
+  EXPECT_LT(worst_us.load(), kWorstUs) << "a well-behaved client waited too long for a set+get";
   EXPECT_TRUE(watcher.closed_by_peer(10s)) << "the never-reading watcher was kept";
 
   cohortd.signal(SIGTERM);
