@@ -91,6 +91,42 @@ TEST_F(LauncherTest, PyTorchDdpScriptRunsUnchanged) {
   EXPECT_EQ(count_of(r.out, ": ddp ok"), 2u) << r.out;
 }
 
+// A script that raises on rank 1, with and without torchrun's @record: with it, the error file
+// PyTorch writes (each generation's own format) is the summary's source; without it, the
+// worker's stderr. Either way the summary names the rank and shows the exception and its
+// traceback; with @record the one restart allowed ran (its count is in the message).
+TEST_F(LauncherTest, ARaisingScriptIsSummarisedWithAndWithoutRecord) {
+  for (bool record : {true, false}) {
+    SCOPED_TRACE(record ? "with @record" : "without @record");
+    const std::string script = dir_ + (record ? "/raise_record.py" : "/raise_plain.py");
+    std::ofstream(script) << "import os, time\n"
+                          << "from torch.distributed.elastic.multiprocessing.errors import record\n"
+                          << (record ? "@record\n" : "") << "def main():\n"
+                          << "    if os.environ['RANK'] == '1':\n"
+                          << "        raise KeyError('bad batch at attempt ' + "
+                             "os.environ['TORCHELASTIC_RESTART_COUNT'])\n"
+                          << "    time.sleep(60)\n"
+                          << "main()\n";
+    const int restarts = record ? 1 : 0;  // one restart is enough to prove, and costs an attempt
+    auto r = run(
+        cohortrun({"--nproc-per-node", "2", "--max-restarts", std::to_string(restarts)}, {script}),
+        {}, 120s);
+    EXPECT_EQ(r.exit_code(), 1) << r.err;
+    EXPECT_NE(r.err.find("FAILED"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("rank      : 1"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("KeyError"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("bad batch at attempt " + std::to_string(restarts)), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("Traceback (most recent call last)"), std::string::npos) << r.err;
+    if (record) {
+      EXPECT_TRUE(std::regex_search(r.err, std::regex("error_file: /.*/attempt_1/1/error.json")))
+          << r.err;
+    } else {
+      EXPECT_NE(r.err.find("error_file: <N/A>"), std::string::npos) << r.err;
+    }
+  }
+}
+
 TEST_F(LauncherTest, ProtectedStoreAdmitsPyTorchWorkersOnlyFromListedNetworks) {
   std::string token = dir_ + "/token";
   std::ofstream(token) << "job-secret-of-16-bytes-or-more\n";
