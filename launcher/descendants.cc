@@ -23,27 +23,66 @@ struct Child {
   pid_t pgid;
 };
 
-// The children of this process, from /proc/<pid>/stat (parent pid, state, process group).
-std::vector<Child> children() {
-  std::vector<Child> out;
-  const pid_t self = ::getpid();
+// One process's parent, state and process group from /proc/<pid>/stat; false when it is gone.
+bool read_child(pid_t pid, Child* out, pid_t* ppid) {
+  const std::string stat = read_proc_file("/proc/" + std::to_string(pid) + "/stat");
+  auto close_paren = stat.rfind(')');
+  if (close_paren == std::string::npos) return false;
+  std::istringstream ss(stat.substr(close_paren + 2));
+  char state = '?';
+  long parent = 0, pgid = 0;
+  if (!(ss >> state >> parent >> pgid)) return false;
+  *out = Child{pid, state, static_cast<pid_t>(pgid)};
+  *ppid = static_cast<pid_t>(parent);
+  return true;
+}
+
+// The pids listed in the /proc/self/task/<tid>/children files (Linux 3.5, CONFIG_PROC_CHILDREN):
+// each thread's children, so only this process's own, however many processes the machine has.
+// False when the kernel has no such files.
+bool children_from_task_lists(std::vector<pid_t>* pids) {
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (tasks == nullptr) return false;
+  bool any_file = false;
+  while (dirent* e = ::readdir(tasks)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string path = std::string("/proc/self/task/") + e->d_name + "/children";
+    if (::access(path.c_str(), R_OK) != 0) continue;
+    any_file = true;
+    std::istringstream list(read_proc_file(path));
+    for (long pid; list >> pid;) pids->push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(tasks);
+  return any_file;
+}
+
+// Every pid on the machine: the fallback, one stat read per process.
+std::vector<pid_t> all_pids() {
+  std::vector<pid_t> out;
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return out;
   while (dirent* e = ::readdir(proc)) {
     char* end;
     long pid = std::strtol(e->d_name, &end, 10);
-    if (*end != '\0' || pid <= 1) continue;
-    const std::string stat = read_proc_file(std::string("/proc/") + e->d_name + "/stat");
-    auto close_paren = stat.rfind(')');
-    if (close_paren == std::string::npos) continue;
-    std::istringstream ss(stat.substr(close_paren + 2));
-    char state = '?';
-    long ppid = 0, pgid = 0;
-    ss >> state >> ppid >> pgid;
-    if (ppid == self)
-      out.push_back(Child{static_cast<pid_t>(pid), state, static_cast<pid_t>(pgid)});
+    if (*end == '\0' && pid > 1) out.push_back(static_cast<pid_t>(pid));
   }
   ::closedir(proc);
+  return out;
+}
+
+// The children of this process with their state and group. cohortrun scans for strays after
+// every group and on every SIGCHLD, so the scan reads only its own children's files where the
+// kernel lists them (a scan of all of /proc read hundreds of files per launch).
+std::vector<Child> children() {
+  std::vector<pid_t> candidates;
+  if (!children_from_task_lists(&candidates)) candidates = all_pids();
+  std::vector<Child> out;
+  const pid_t self = ::getpid();
+  for (pid_t pid : candidates) {
+    Child c;
+    pid_t ppid = 0;
+    if (read_child(pid, &c, &ppid) && ppid == self) out.push_back(c);
+  }
   return out;
 }
 
