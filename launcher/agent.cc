@@ -98,6 +98,19 @@ std::vector<Action> Agent::on_worker_hung(int local_rank, WorkerFailure failure)
   return out;
 }
 
+std::vector<Action> Agent::on_worker_wedged(int local_rank, WorkerFailure failure) {
+  std::vector<Action> out;
+  if (phase_ != Phase::kRunning) return out;
+  if (local_rank < 0 || static_cast<size_t>(local_rank) >= workers_.size()) return out;
+  if (workers_[static_cast<size_t>(local_rank)] != WorkerState::kRunning) return out;
+  const std::string reason = "rank " + std::to_string(failure.global_rank) + " " + failure.reason;
+  failures_.push_back(std::move(failure));
+  out.push_back(action::PublishFailure{round_, restart_count_, failures_});
+  // As a fatal error: every node stops, nobody restarts.
+  for (Action& a : on_fatal(reason)) out.push_back(std::move(a));
+  return out;
+}
+
 std::vector<Action> Agent::on_outcome(int round, const Outcome& outcome) {
   std::vector<Action> out;
   if (round != round_ || outcome_) return out;
@@ -162,6 +175,16 @@ std::vector<Action> Agent::on_fatal(std::string reason) {
 std::vector<Action> Agent::on_stop_deadline() {
   std::vector<Action> out;
   if (phase_ == Phase::kStopping && !all_workers_gone()) out.push_back(action::KillWorkers{});
+  return out;
+}
+
+std::vector<Action> Agent::on_kill_deadline() {
+  std::vector<Action> out;
+  if (phase_ != Phase::kStopping) return out;
+  for (WorkerState& w : workers_) {
+    if (w == WorkerState::kRunning) w = WorkerState::kGone;
+  }
+  advance(&out);
   return out;
 }
 

@@ -94,10 +94,16 @@ class Agent {
   std::vector<Action> on_worker_exited(int local_rank, std::optional<WorkerFailure> failure);
   // A worker stopped beating; `failure` carries the "hung" reason. The worker still runs.
   std::vector<Action> on_worker_hung(int local_rank, WorkerFailure failure);
+  // Worker `local_rank` is wedged in the kernel (uninterruptible sleep): a failure that ends
+  // the job on every node without a restart.
+  std::vector<Action> on_worker_wedged(int local_rank, WorkerFailure failure);
   // The outcome of `round` was decided (ignored unless it is the current round).
   std::vector<Action> on_outcome(int round, const Outcome& outcome);
   std::vector<Action> on_signal(int sig);
   std::vector<Action> on_stop_deadline();
+  // Workers still running this long after SIGKILL cannot be killed (uninterruptible sleep in a
+  // driver or file system): they are given up on, so that the agent can finish.
+  std::vector<Action> on_kill_deadline();
   // This node cannot go on (the store is lost for good, the rendezvous failed, an internal
   // error): stop the local workers, tell the others, and end the job here with exit code 1.
   std::vector<Action> on_fatal(std::string reason);

@@ -468,6 +468,13 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
   // Defaults from the environment first (torchrun: PET_<FLAG>), then the command line.
   if (auto it = env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); it != env.end() && !it->second.empty())
     c->term_timeout = seconds_value("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", it->second);
+  // As torchrun 2.x reads it: seconds; empty, unparsable or not positive turns the check off.
+  if (auto it = env.find("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"); it != env.end()) {
+    char* end = nullptr;
+    const double s = std::strtod(it->second.c_str(), &end);
+    if (!it->second.empty() && end != nullptr && *end == '\0' && s > 0 && s < 1e9)
+      c->uninterruptible_state_timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+  }
   if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end())
     c->log_line_prefix_template = it->second;
   for (const auto& f : flags()) {

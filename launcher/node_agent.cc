@@ -251,7 +251,7 @@ void NodeAgent::handle(std::vector<Action> actions) {
           } else if constexpr (std::is_same_v<T, action::StopWorkers>) {
             stop_workers(act.signal, act.grace);
           } else if constexpr (std::is_same_v<T, action::KillWorkers>) {
-            if (group_) group_->signal(SIGKILL);
+            kill_workers();
           } else if constexpr (std::is_same_v<T, action::PublishFailure>) {
             rdzv_->stop_keep_alive();
             rdzv_->publish_failure(act.round, assignment_.node_rank, act.restart_count,
@@ -388,6 +388,10 @@ void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outco
     log_->warn("local rank {} (pid {}) is {}", lr, f.pid, f.reason);
     handle(agent_.on_worker_hung(lr, std::move(f)));
   };
+  events.wedged = [this](int lr, WorkerFailure f) {
+    log_->error("local rank {} (pid {}) is {}", lr, f.pid, f.reason);
+    handle(agent_.on_worker_wedged(lr, std::move(f)));
+  };
   if (reaper_) {
     events.started = [this](pid_t pid) { reaper_->watch(pid); };
     events.reaped = [this](pid_t pid) {
@@ -431,6 +435,23 @@ void NodeAgent::bound_the_others(int round) {
 void NodeAgent::stop_workers(int sig, std::chrono::milliseconds grace) {
   if (group_) group_->signal(sig);
   stop_timer_->start(grace, [this] { handle(agent_.on_stop_deadline()); });
+}
+
+void NodeAgent::kill_workers() {
+  if (!group_) return;
+  group_->signal(SIGKILL);
+  stop_timer_->start(kUnkillableGrace, [this] {
+    if (group_ && group_->any_running()) {
+      std::string pids;
+      for (pid_t p : group_->running_pids()) pids += (pids.empty() ? "" : ", ") + std::to_string(p);
+      log_->error(
+          "worker process {} still there {} s after SIGKILL (stuck in the kernel, "
+          "uninterruptible): "
+          "leaving it behind",
+          pids, kUnkillableGrace.count() / 1000);
+    }
+    handle(agent_.on_kill_deadline());
+  });
 }
 
 void NodeAgent::finish(const action::Finish& f) {

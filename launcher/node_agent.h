@@ -73,6 +73,9 @@ class NodeAgent {
   void rendezvous(int after_round);
   void start_workers(const RankAssignment& a, const std::optional<Outcome>& previous);
   void stop_workers(int sig, std::chrono::milliseconds grace);
+  // SIGKILL to every worker; those still running kUnkillableGrace later are given up on.
+  void kill_workers();
+  static constexpr std::chrono::milliseconds kUnkillableGrace{5000};
   void finish(const action::Finish& f);
   void report(const action::Finish& f, std::vector<WorkerFailure> failures);
   void shut_down();

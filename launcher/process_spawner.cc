@@ -209,6 +209,16 @@ int PosixSpawner::reap(pid_t pid) {
   return status;
 }
 
+std::optional<int> PosixSpawner::reap_if_exited(pid_t pid) {
+  int status = 0;
+  pid_t r;
+  do {
+    r = ::waitpid(pid, &status, WNOHANG);
+  } while (r < 0 && errno == EINTR);
+  if (r == pid) return status;
+  return std::nullopt;
+}
+
 void PosixSpawner::kill_group(pid_t pgid, int sig) {
   if (pgid > 0) ::kill(-pgid, sig);
 }

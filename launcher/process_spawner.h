@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,8 @@ class ProcessSpawner {
   virtual SpawnedProcess spawn(const SpawnRequest& request) = 0;
   // Collects the exit status of `pid` (waitpid). REQUIRES: its pidfd became readable.
   virtual int reap(pid_t pid) = 0;
+  // The exit status of `pid` when it has exited (and is now reaped), else nullopt; never blocks.
+  virtual std::optional<int> reap_if_exited(pid_t pid) = 0;
   // Sends `sig` to the process group `pgid` (each worker leads its own); errors are ignored (the
   // group may be gone).
   virtual void kill_group(pid_t pgid, int sig) = 0;
@@ -65,6 +68,7 @@ class PosixSpawner final : public ProcessSpawner {
  public:
   SpawnedProcess spawn(const SpawnRequest& request) override;
   int reap(pid_t pid) override;
+  std::optional<int> reap_if_exited(pid_t pid) override;
   void kill_group(pid_t pgid, int sig) override;
   void kill_process(pid_t pid, int sig) override;
 };

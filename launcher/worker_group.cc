@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <asio/post.hpp>
 #include <cerrno>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "cohort/error.h"
 #include "error_file.h"
+#include "proc_file.h"
 
 namespace cohort::launch {
 namespace {
@@ -31,6 +33,14 @@ std::string in_seconds(std::chrono::milliseconds d) {
   return os.str();
 }
 
+// The state letter of /proc/<pid>/stat ('R', 'S', 'D', ...); '?' when it cannot be read.
+char scheduler_state(pid_t pid) {
+  const std::string stat = read_proc_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto close_paren = stat.rfind(')');
+  return close_paren != std::string::npos && close_paren + 2 < stat.size() ? stat[close_paren + 2]
+                                                                           : '?';
+}
+
 }  // namespace
 
 struct WorkerGroup::Worker {
@@ -48,6 +58,8 @@ struct WorkerGroup::Worker {
   bool reported = false;  // its exit was reported
   bool dumping = false;   // hung: asked for its stack, not yet reported
   bool hung_reported = false;
+  bool wedged_reported = false;
+  std::optional<Clock::time_point> uninterruptible_since;  // in D state since
   std::string expired_timer;  // a FileTimerClient scope whose expiry killed it
   int wait_status = 0;
   double exit_time = 0;
@@ -71,16 +83,21 @@ WorkerGroup::WorkerGroup(asio::io_context& io, LoopClock& clock, ProcessSpawner&
       clock_(clock),
       spawner_(spawner),
       spec_(std::move(spec)),
-      events_(std::move(events)) {}
+      events_(std::move(events)),
+      state_timer_(clock.make_timer()) {}
 
 WorkerGroup::~WorkerGroup() {
   alive_.reset();  // from here on no handler or posted event of this group does anything
+  state_timer_->cancel();
   for (auto& w : workers_) {
     if (w->running) {
-      // Cannot happen when the agent stops its workers first; a safety net, not a stop path.
+      // A safety net, not a stop path: the agent stops its workers first, and only a worker that
+      // outlived SIGKILL (stuck in the kernel) is still here. It is given a moment, never waited
+      // for without bound; what cannot be reaped is left to the reaper process.
       spawner_.kill_group(w->pid, SIGKILL);
-      spawner_.reap(w->pid);
-      if (events_.reaped) events_.reaped(w->pid);
+      std::optional<int> status;
+      for (int i = 0; i < 100 && !(status = spawner_.reap_if_exited(w->pid)); ++i) ::usleep(5000);
+      if (status && events_.reaped) events_.reaped(w->pid);
     }
     if (w->out_pump) w->out_pump->stop();
     if (w->err_pump) w->err_pump->stop();
@@ -112,6 +129,42 @@ FailureSite WorkerGroup::site(const Worker& w) const {
 void WorkerGroup::start() {
   for (auto& s : spec_.workers) workers_.push_back(std::make_unique<Worker>(io_, clock_, s));
   for (auto& w : workers_) spawn(*w);
+  if (spec_.uninterruptible_timeout.count() > 0) watch_uninterruptible();
+}
+
+void WorkerGroup::watch_uninterruptible() {
+  using std::chrono::milliseconds;
+  // Often enough to notice within a quarter of the timeout, at most once a second (torchrun
+  // looks once per --monitor-interval).
+  const milliseconds period =
+      std::clamp(spec_.uninterruptible_timeout / 4, milliseconds(50), milliseconds(1000));
+  state_timer_->start(period, [this] {
+    const auto now = clock_.now();
+    for (auto& w : workers_) {
+      if (!w->running || w->wedged_reported) continue;
+      if (scheduler_state(w->pid) != 'D') {
+        w->uninterruptible_since.reset();
+        continue;
+      }
+      if (!w->uninterruptible_since) w->uninterruptible_since = now;
+      const auto in_d = now - *w->uninterruptible_since;
+      if (in_d < spec_.uninterruptible_timeout) continue;
+      w->wedged_reported = true;
+      WorkerFailure f = make_failure(
+          site(*w), -SIGKILL,
+          "stuck in uninterruptible sleep (D state) for " +
+              in_seconds(std::chrono::duration_cast<milliseconds>(in_d)) +
+              " (TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT " +
+              in_seconds(spec_.uninterruptible_timeout) +
+              "): the job ends without a restart, since a new worker would contend for what it "
+              "holds in the kernel");
+      const int lr = w->spec.local_rank;
+      post([this, lr, f] {
+        if (events_.wedged) events_.wedged(lr, f);
+      });
+    }
+    watch_uninterruptible();
+  });
 }
 
 void WorkerGroup::spawn(Worker& w) {

@@ -57,6 +57,11 @@ struct GroupSpec {
   int stack_signal = SIGABRT;
   std::chrono::milliseconds stack_grace{3000};
   std::chrono::milliseconds drain_grace{200};
+  // A worker whose main process stays in uninterruptible sleep (D state: a hung driver call, a
+  // dead NFS mount) this long is reported wedged (0: off). It cannot be stopped cleanly and a new
+  // worker would contend for what it holds, so the job ends without a restart, as under torchrun
+  // 2.x's TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT.
+  std::chrono::milliseconds uninterruptible_timeout{0};
 };
 
 struct WorkerGroupEvents {
@@ -65,6 +70,8 @@ struct WorkerGroupEvents {
   std::function<void(int local_rank, std::optional<WorkerFailure> failure)> exited;
   // Worker `local_rank` stopped beating; it still runs.
   std::function<void(int local_rank, WorkerFailure failure)> hung;
+  // Worker `local_rank` has been in uninterruptible sleep for the timeout; it still runs.
+  std::function<void(int local_rank, WorkerFailure failure)> wedged;
   // A worker's process started (pid) or was reaped: for the reaper's list. Optional; called
   // directly, not posted.
   std::function<void(pid_t)> started;
@@ -101,6 +108,8 @@ class WorkerGroup {
   void read_heartbeat(Worker& w);
   void on_exit(Worker& w);
   void report(Worker& w);
+  // Looks at every running worker's scheduler state; rearms itself.
+  void watch_uninterruptible();
   // The worker's hang, with what it said about it so far.
   void report_hung(Worker& w, std::optional<WorkerFailure> exit);
   FailureSite site(const Worker& w) const;
@@ -113,6 +122,7 @@ class WorkerGroup {
   GroupSpec spec_;
   WorkerGroupEvents events_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<LoopTimer> state_timer_;                 // watch_uninterruptible()'s
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // posted work checks it
 };
 

@@ -91,6 +91,7 @@ GroupSpec make_group_spec(const JobPlan& plan, const EnvMap& env, const RankAssi
   g.base_rank = a.base_rank;
   g.host = plan.host;
   g.hang_timeout = c.worker_hang_timeout;
+  g.uninterruptible_timeout = c.uninterruptible_state_timeout;
   const std::string attempt = plan.log_root + "/attempt_" + std::to_string(a.restart_count);
   std::error_code ec;
   std::filesystem::create_directories(attempt, ec);

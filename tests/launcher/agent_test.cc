@@ -187,6 +187,27 @@ TEST(Agent, HungWorkerIsAFailure) {
   ASSERT_TRUE(find<action::StopWorkers>(acts));
 }
 
+TEST(Agent, WedgedWorkerEndsTheJobWithoutARestartEvenWithRestartsLeft) {
+  Agent agent({5, std::chrono::seconds(1)});
+  agent.start();
+  agent.on_rendezvous_done(assignment(0));
+  WorkerFailure f = failure(1, -9);
+  f.reason = "stuck in uninterruptible sleep (D state) for 2 s";
+  auto acts = agent.on_worker_wedged(1, f);
+  ASSERT_TRUE(find<action::PublishFailure>(acts));
+  auto abort = find<action::PublishAbort>(acts);
+  ASSERT_TRUE(abort);  // every node stops; nobody restarts
+  EXPECT_NE(abort->detail.find("rank 1 stuck in uninterruptible sleep"), std::string::npos);
+  ASSERT_TRUE(find<action::StopWorkers>(acts));
+  agent.on_worker_exited(0, failure(0, -15));
+  // The wedged one ignores SIGKILL: it is given up on at the kill deadline, and the job ends.
+  EXPECT_TRUE(find<action::KillWorkers>(agent.on_stop_deadline()));
+  auto fin = find<action::Finish>(agent.on_kill_deadline());
+  ASSERT_TRUE(fin);
+  EXPECT_EQ(fin->exit_code, 1);
+  EXPECT_FALSE(find<action::Rendezvous>(agent.on_kill_deadline()));
+}
+
 TEST(Agent, StaleOutcomesAndUnknownWorkersAreIgnored) {
   Agent agent({2, std::chrono::seconds(1)});
   agent.start();

@@ -79,6 +79,12 @@ class FakeSpawner final : public ProcessSpawner {
     return p.status;
   }
 
+  std::optional<int> reap_if_exited(pid_t pid) override {
+    Proc& p = by_pid(pid);
+    if (!p.exited) return std::nullopt;
+    return p.status;
+  }
+
   void kill_group(pid_t pgid, int sig) override {
     Proc* p = find(pgid);
     if (p == nullptr || p->exited) return;

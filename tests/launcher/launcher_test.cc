@@ -105,10 +105,10 @@ TEST_F(LauncherTest, SegfaultIsNamedInTheSummary) {
 
 TEST_F(LauncherTest, ARankThatTimedOutWaitingNamesTheRanksThatHadNotFailed) {
   // Rank 2 times out waiting (as PyTorch's store says it); ranks 0, 1 and 3 are still busy.
-  auto r = run(cohortrun({"--nproc-per-node", "4"},
-                         test_worker({"--exit-code", "1", "--on-rank", "2", "--stderr",
-                                      "RuntimeError: Wait timeout after 10000ms, keys: rank_3",
-                                      "--sleep", "60"})));
+  auto r = run(cohortrun(
+      {"--nproc-per-node", "4"},
+      test_worker({"--exit-code", "1", "--on-rank", "2", "--stderr",
+                   "RuntimeError: Wait timeout after 10000ms, keys: rank_3", "--sleep", "60"})));
   EXPECT_EQ(r.exit_code(), 1);
   EXPECT_NE(r.err.find("Rank 2 timed out waiting; these ranks had not failed"), std::string::npos)
       << r.err;
@@ -309,6 +309,26 @@ TEST_F(LauncherTest, HangTimeoutIgnoresWorkersThatNeverBeat) {
   auto r = run(cohortrun({"--nproc-per-node", "1", "--worker-hang-timeout", "0.2"},
                          test_worker({"--sleep", "1"})));
   EXPECT_EQ(r.exit_code(), 0) << r.err;
+}
+
+// torchrun 2.x's TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT: a worker in uninterruptible sleep (D
+// state) that long ends the job without a restart; a shorter spell in D state is no failure.
+TEST_F(LauncherTest, AWorkerStuckInUninterruptibleSleepEndsTheJobWithoutARestart) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r =
+      run(cohortrun({"--nproc-per-node", "2", "--max-restarts", "3", "--term-timeout", "1"},
+                    test_worker({"--uninterruptible", "60", "--on-rank", "1", "--sleep", "60"})),
+          {"TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT=0.4"}, 60s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  EXPECT_EQ(r.exit_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("stuck in uninterruptible sleep (D state) for"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank      : 1"), std::string::npos) << r.err;
+  EXPECT_FALSE(exists(worker_file(0, 1, "env"))) << "a restart was attempted";
+
+  auto brief = run(cohortrun({"--nproc-per-node", "1"},
+                             test_worker({"--uninterruptible", "0.2", "--sleep", "0.3"})),
+                   {"TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT=5"}, 60s);
+  EXPECT_EQ(brief.exit_code(), 0) << brief.err;
 }
 
 TEST_F(LauncherTest, UsageErrorsNameTheProblem) {

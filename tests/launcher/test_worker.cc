@@ -24,9 +24,12 @@
 //   --ignore-term        ignore SIGTERM (a worker that only SIGKILL stops)
 //   --report-tty         write DIR/<rank>.attempt<a>.tty: "out=<isatty(1)> err=<isatty(2)>"
 //   --partial TEXT       write TEXT to stderr without a newline (then --sleep)
+//   --uninterruptible S  spend S seconds in uninterruptible sleep (state D: the parent of a
+//                        vfork() waits so until its child exits), subject to --on-rank
 // In --stderr TEXT, "{attempt}" becomes TORCHELASTIC_RESTART_COUNT.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -111,6 +114,17 @@ int signal_from_name(const std::string& n) {
   return std::atoi(n.c_str());
 }
 
+// The parent of a vfork() sleeps uninterruptibly until its child exits. A function of its own:
+// vfork would let the child's calls clobber main()'s variables.
+[[gnu::noinline]] void sleep_uninterruptibly(double seconds) {
+  const struct timespec t = {static_cast<time_t>(seconds),
+                             static_cast<long>((seconds - static_cast<time_t>(seconds)) * 1e9)};
+  if (::vfork() == 0) {
+    ::syscall(SYS_nanosleep, &t, nullptr);  // the child shares this stack: a raw call, then _exit
+    ::_exit(0);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,7 +134,7 @@ int main(int argc, char** argv) {
   bool grandchild = false, hang = false, trap_term = false, trap_usr1 = false;
   bool escape_daemon = false, lines_done = false, ignore_term = false, report_tty = false;
   std::string partial;
-  double escape_chatter = 0;
+  double escape_chatter = 0, uninterruptible_s = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -166,6 +180,8 @@ int main(int argc, char** argv) {
       report_tty = true;
     else if (a == "--partial")
       partial = next();
+    else if (a == "--uninterruptible")
+      uninterruptible_s = std::atof(next().c_str());
     else {
       std::fprintf(stderr, "cohort_test_worker: unknown argument %s\n", a.c_str());
       return 64;
@@ -237,6 +253,9 @@ int main(int argc, char** argv) {
     ::waitpid(c, nullptr, 0);
     char r;
     (void)!::read(ready[0], &r, 1);  // the daemon has recorded itself
+  }
+  if (uninterruptible_s > 0 && (on_rank < 0 || on_rank == g_rank)) {
+    sleep_uninterruptibly(uninterruptible_s);
   }
   if (alloc_mb > 0) {
     // Uncaught std::bad_alloc under ulimit -v: terminate() and SIGABRT, as in a real program.

@@ -83,6 +83,9 @@ struct LaunchConfig {
   // --term-timeout / --shutdown-timeout (TORCH_ELASTIC_SHUTDOWN_TIMEOUT): stop signal -> SIGKILL.
   std::chrono::milliseconds term_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds worker_hang_timeout{0};  // 0: off
+  // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT (torchrun 2.x): a worker in uninterruptible sleep
+  // (D state) this long ends the job without a restart (0: off).
+  std::chrono::milliseconds uninterruptible_state_timeout{0};
   std::string collective_timeout;  // --timeout seconds for libcohort's collectives ("": default)
   std::chrono::milliseconds rdzv_timeout{std::chrono::seconds(900)};
   std::chrono::milliseconds exit_barrier_timeout{std::chrono::seconds(30)};
