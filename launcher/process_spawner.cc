@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -87,8 +88,7 @@ int pidfd_open(pid_t pid) {
   return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 }
 
-// After fork, in the child: only async-signal-safe calls until exec.
-// What binds a worker to CPUs and memory nodes, prepared before fork.
+// What binds a worker to CPUs and memory nodes, prepared before the child starts.
 struct Binding {
   bool cpus = false;
   cpu_set_t cpu_set;
@@ -96,42 +96,80 @@ struct Binding {
   unsigned long node_mask[16] = {};  // 1024 nodes
 };
 
-[[noreturn]] void child(char* const* argv, char* const* envp, pid_t parent, int out_w, int err_w,
-                        int hb_w, const int* inherit, size_t n_inherit, const Binding& bind) {
-  // Signals are blocked (the parent forked with all of them blocked): reset cohortrun's handlers
+// Everything the child needs, built before it starts: it allocates nothing.
+struct ChildArgs {
+  char* const* argv;
+  char* const* envp;
+  pid_t parent;
+  int out_w, err_w, hb_w;
+  const int* inherit;
+  size_t n_inherit;
+  const Binding* bind;
+};
+
+void write_str(const char* s) {
+  (void)!::write(STDERR_FILENO, s, ::strlen(s));
+}
+
+// The child, from clone() to exec. It shares cohortrun's memory (CLONE_VM; cohortrun's thread
+// waits, CLONE_VFORK) on a stack of its own: only system calls, no allocation, no locks, no
+// library state (errno aside, which nobody reads meanwhile), exactly as posix_spawn's child.
+int child(void* raw) {
+  const ChildArgs& a = *static_cast<const ChildArgs*>(raw);
+  // Signals are blocked (the parent blocked them all before clone): reset cohortrun's handlers
   // and ignored signals (SIGPIPE) first, so that a signal arriving now takes its default effect
-  // once unblocked, and the worker starts with the dispositions a shell would give it.
+  // once unblocked, and the worker starts with the dispositions a shell would give it. (The
+  // handler table is the child's own: no CLONE_SIGHAND.)
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
-    ::signal(sig, SIG_DFL);
+    ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, NSIG / 8);
   }
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(127);  // the parent died before PDEATHSIG was set
+  if (::getppid() != a.parent) ::_exit(127);  // the parent died before PDEATHSIG was set
   sigset_t none;
   ::sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (out_w >= 0) ::dup2(out_w, STDOUT_FILENO);
-  if (err_w >= 0) ::dup2(err_w, STDERR_FILENO);
-  if (hb_w >= 0) ::fcntl(hb_w, F_SETFD, 0);  // keep the heartbeat pipe across exec
-  for (size_t i = 0; i < n_inherit; ++i) ::fcntl(inherit[i], F_SETFD, 0);
-  if (bind.cpus) ::sched_setaffinity(0, sizeof(bind.cpu_set), &bind.cpu_set);
-  if (bind.memory) {
+  ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, NSIG / 8);
+  if (a.out_w >= 0) ::dup2(a.out_w, STDOUT_FILENO);
+  if (a.err_w >= 0) ::dup2(a.err_w, STDERR_FILENO);
+  if (a.hb_w >= 0) ::fcntl(a.hb_w, F_SETFD, 0);  // keep the heartbeat pipe across exec
+  for (size_t i = 0; i < a.n_inherit; ++i) ::fcntl(a.inherit[i], F_SETFD, 0);
+  if (a.bind->cpus) ::sched_setaffinity(0, sizeof(a.bind->cpu_set), &a.bind->cpu_set);
+  if (a.bind->memory) {
     constexpr int kMpolBind = 2;  // MPOL_BIND (linux/mempolicy.h)
-    ::syscall(SYS_set_mempolicy, kMpolBind, bind.node_mask, sizeof(bind.node_mask) * 8);
+    ::syscall(SYS_set_mempolicy, kMpolBind, a.bind->node_mask, sizeof(a.bind->node_mask) * 8);
   }
-  ::execvpe(argv[0], argv, envp);
-  int e = errno;
-  const char* msg1 = "cohortrun: cannot execute '";
-  const char* msg2 = "': ";
-  const char* why = ::strerror(e);  // not strictly async-signal-safe; harmless here
-  (void)!::write(STDERR_FILENO, msg1, ::strlen(msg1));
-  (void)!::write(STDERR_FILENO, argv[0], ::strlen(argv[0]));
-  (void)!::write(STDERR_FILENO, msg2, ::strlen(msg2));
-  (void)!::write(STDERR_FILENO, why, ::strlen(why));
-  (void)!::write(STDERR_FILENO, "\n", 1);
+  ::execvpe(a.argv[0], a.argv, a.envp);
+  const int e = errno;
+  write_str("cohortrun: cannot execute '");
+  write_str(a.argv[0]);
+  write_str("': ");
+  const char* why = ::strerrordesc_np(e);  // a constant string: no allocation, no locale
+  write_str(why != nullptr ? why : "unknown error");
+  write_str("\n");
   ::_exit(127);
 }
+
+// The child's stack: a private mapping, given back once the child has exec'd or exited.
+class ChildStack {
+ public:
+  ChildStack() {
+    base_ = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
+                   -1, 0);
+    if (base_ == MAP_FAILED) fail("mmap (child stack)");
+  }
+  ~ChildStack() { ::munmap(base_, kBytes); }
+  ChildStack(const ChildStack&) = delete;
+  ChildStack& operator=(const ChildStack&) = delete;
+  void* top() const { return static_cast<char*>(base_) + kBytes; }
+
+ private:
+  // execvpe builds each PATH candidate on the stack (PATH_MAX + NAME_MAX); 256 KiB is ample.
+  static constexpr size_t kBytes = 256 * 1024;
+  void* base_;
+};
 
 }  // namespace
 
@@ -144,7 +182,7 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
     // The worker must never block on a beat: a full pipe just drops it.
     ::fcntl(hb.write, F_SETFL, ::fcntl(hb.write, F_GETFL) | O_NONBLOCK);
   }
-  // Everything the child needs is built before fork: no allocation after it.
+  // Everything the child needs is built before it starts: it allocates nothing.
   std::vector<std::string> env = req.env;
   if (hb.write >= 0) env.push_back("COHORT_HEARTBEAT_FD=" + std::to_string(hb.write));
   std::vector<char*> argv, envp;
@@ -167,16 +205,29 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
     bind.memory = true;
   }
 
-  pid_t parent = ::getpid();
+  ChildArgs args{argv.data(),
+                 envp.data(),
+                 ::getpid(),
+                 out.write,
+                 err.write,
+                 hb.write,
+                 req.inherit_fds.data(),
+                 req.inherit_fds.size(),
+                 &bind};
+  ChildStack stack;
+  // clone(CLONE_VM | CLONE_VFORK) rather than fork(): the child borrows cohortrun's memory until
+  // it execs, so nothing of cohortrun's address space is copied per worker, nor torn down when
+  // the worker is reaped (posix_spawn's method; what it lacks is setpgid, PR_SET_PDEATHSIG and
+  // the CPU and memory binding, hence a child of our own).
   sigset_t all, old;
   ::sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  pid_t pid = ::fork();
-  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (pid < 0) fail("fork");
-  if (pid == 0) {
-    child(argv.data(), envp.data(), parent, out.write, err.write, hb.write, req.inherit_fds.data(),
-          req.inherit_fds.size(), bind);
+  pid_t pid = ::clone(child, stack.top(), CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+  const int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) {
+    errno = clone_errno;
+    fail("clone");
   }
 
   ::setpgid(pid, pid);  // also from the parent, so the group exists before we ever signal it
