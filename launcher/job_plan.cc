@@ -21,7 +21,8 @@
 namespace cohort::launch {
 namespace {
 
-std::string make_log_root(const std::string& log_dir, const std::string& run_id) {
+std::string make_log_root(const std::string& log_dir, const std::string& run_id,
+                          std::string* temp_base) {
   std::string base = log_dir;
   if (base.empty()) {
     const char* tmp = std::getenv("TMPDIR");
@@ -33,6 +34,7 @@ std::string make_log_root(const std::string& log_dir, const std::string& run_id)
       throw IoError("cannot create a log directory " + templ + ": " + std::strerror(e), e);
     }
     base = buf.data();
+    *temp_base = base;
   }
   // torchrun's layout: <log_dir>/<run_id>_<random>/attempt_<n>/<local_rank>/
   std::string root = base + "/" + run_id + "_" + random_tag(8);
@@ -176,7 +178,7 @@ JobPlan make_plan(LaunchConfig config, const EnvMap& env) {
       p.numa_visible = *visible;
     }
   }
-  p.log_root = make_log_root(config.log_dir, p.run_id);
+  p.log_root = make_log_root(config.log_dir, p.run_id, &p.temp_log_base);
   p.config = std::move(config);
   return p;
 }

@@ -22,6 +22,8 @@ struct JobPlan {
   std::string host;     // this machine's name, for reports
   std::string run_id;
   std::string log_root;  // <log_dir>/<run_id>_<random>, created
+  // The directory made under $TMPDIR for log_root when no --log-dir was given ("" otherwise).
+  std::string temp_log_base;
   WorkerCommand command;
   std::optional<int> omp_threads;  // set when cohortrun chooses OMP_NUM_THREADS
   RdzvConf rdzv_conf;

@@ -331,6 +331,28 @@ TEST_F(LauncherTest, AWorkerStuckInUninterruptibleSleepEndsTheJobWithoutARestart
   EXPECT_EQ(brief.exit_code(), 0) << brief.err;
 }
 
+// Without --log-dir, the folder cohortrun makes under $TMPDIR goes when the job succeeded and
+// holds nothing (no redirects), and stays when a worker failed (its error file is there).
+TEST_F(LauncherTest, ATemporaryLogFolderIsRemovedAfterASuccessAndKeptAfterAFailure) {
+  const std::string tmp = dir_ + "/tmp";
+  std::filesystem::create_directories(tmp);
+  auto entries = [&] {
+    return std::distance(std::filesystem::directory_iterator(tmp),
+                         std::filesystem::directory_iterator());
+  };
+  auto ok = run(cohortrun({"--nproc-per-node", "2"}, test_worker({})), {"TMPDIR=" + tmp});
+  EXPECT_EQ(ok.exit_code(), 0) << ok.err;
+  EXPECT_EQ(entries(), 0) << "a succeeded job left its log folder";
+  auto teed = run(cohortrun({"--nproc-per-node", "1", "--tee", "3"}, test_worker({"--lines", "1"})),
+                  {"TMPDIR=" + tmp});
+  EXPECT_EQ(teed.exit_code(), 0) << teed.err;
+  EXPECT_EQ(entries(), 1) << "the worker's log files went with their folder";
+  auto failed = run(cohortrun({"--nproc-per-node", "1"}, test_worker({"--exit-code", "3"})),
+                    {"TMPDIR=" + tmp});
+  EXPECT_EQ(failed.exit_code(), 1);
+  EXPECT_EQ(entries(), 2) << "a failed job's log folder went";
+}
+
 TEST_F(LauncherTest, UsageErrorsNameTheProblem) {
   struct Case {
     std::vector<std::string> args;
