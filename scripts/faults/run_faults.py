@@ -547,6 +547,132 @@ def store_torn_multi_set(ctx):
                "a MULTI_SET is one log record: a torn one loses all its keys, never some")
 
 
+# ---- a real cluster's mistakes and stragglers ------------------------------------------------------
+
+INTEROP = os.path.join(ROOT, "tests", "interop")
+
+
+@scenario("a PyTorch rank hangs (beats through import cohort)", "worker")
+def torch_hang(ctx):
+    mark = os.path.join(ctx.dir, "hang")
+    p, _ = ctx.run([ctx.path("cohortrun"), "--nproc-per-node", "2", "--worker-hang-timeout", "3",
+                    "--max-restarts", "0", "--term-timeout", "2", "--rdzv-id", ctx.tag,
+                    os.path.join(INTEROP, "hung_worker.py")], timeout=180,
+                   env=ctx.env(HANG_MARK=mark,
+                               PYTHONPATH=os.path.join(ROOT, "python")))
+    done = time.time()
+    hung_at = float(open(mark).read()) if os.path.exists(mark) else None
+    ok = (p.returncode == 1 and "hung: no heartbeat for 3 s" in p.stderr
+          and "stuck_waiting_for_data" in p.stderr)
+    left = ctx.wait_clean()
+    return row(done - hung_at if hung_at else None, summary_line(p.stderr, "stuck_waiting_for_data"),
+               "no (--max-restarts 0)", left, ok and left == "nothing",
+               "--worker-hang-timeout 3: the hung rank is stopped with its Python stack in the "
+               "summary (the frame it hung in), within the timeout plus its stack's grace")
+
+
+@scenario("the master address cannot be reached", "input")
+def unreachable_master(ctx):
+    if os.geteuid() != 0:
+        return row(None, "skipped: needs root for a network namespace", "n/a", "nothing", True, "")
+    ns = f"cft-iso{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+        p, took = ctx.run(["ip", "netns", "exec", ns, ctx.path("cohortrun"), "--nnodes", "2",
+                           "--node-rank", "1", "--master-addr", "10.99.99.1", "--master-port",
+                           "29500", "--nproc-per-node", "1", "--no-python", "/bin/true"], timeout=60)
+    finally:
+        subprocess.run(["ip", "netns", "delete", ns])
+    ok = p.returncode == 1 and took < 15 and "cannot reach the store at 10.99.99.1:29500" in p.stderr
+    return row(took, summary_line(p.stderr, "cannot reach"), "n/a", ctx.wait_clean(), ok,
+               "exit 1 within 15 s naming the address and the system's reason (torchrun: silent "
+               "for 900 s)")
+
+
+@scenario("a loopback endpoint where several nodes may join", "input")
+def loopback_endpoint(ctx):
+    p, took = ctx.run([ctx.path("cohortrun"), "--nnodes", "1:2", "--rdzv-backend", "c10d",
+                       "--rdzv-endpoint", "localhost:29400", "--nproc-per-node", "1",
+                       "--no-python", "/bin/true"], timeout=60)
+    ok = p.returncode == 2 and "loopback" in p.stderr
+    return row(took, summary_line(p.stderr, "loopback"), "n/a", ctx.wait_clean(), ok,
+               "exit 2 at once: other nodes would each meet a store of their own (torchrun: two "
+               "1-node jobs that both exit 0)")
+
+
+def static_node(ctx, port, rank, flags, worker_args):
+    return subprocess.Popen([ctx.path("cohortrun"), "--nnodes", "2", "--node-rank", str(rank),
+                             "--master-addr", "127.0.0.1", "--master-port", str(port),
+                             "--nproc-per-node", "1", "--rdzv-id", ctx.tag, *flags, "--no-python",
+                             ctx.path("cohort_test_worker"), "--out", ctx.dir, *worker_args],
+                            env=ctx.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+
+
+@scenario("nodes started with different --max-restarts", "input")
+def budget_mismatch(ctx):
+    port = free_port()
+    t0 = time.monotonic()
+    nodes = [static_node(ctx, port, r, ["--max-restarts", str(1 + 2 * r)], ["--sleep", "30"])
+             for r in (0, 1)]
+    rcs = [n.wait(timeout=60) for n in nodes]
+    took = time.monotonic() - t0
+    errs = [n.stderr.read() for n in nodes]
+    ok = rcs == [1, 1] and all("--max-restarts" in e and "1" in e and "3" in e for e in errs)
+    return row(took, summary_line(errs[0], "max-restarts"), "n/a (refused)", ctx.wait_clean(), ok,
+               "refused on every node, naming the setting and both values (torchrun: the node with "
+               "the larger budget hangs)")
+
+
+@scenario("one node's workers finish while another's hang", "launcher")
+def finished_node_bounded(ctx):
+    port = free_port()
+    nodes = [static_node(ctx, port, 0, ["--wait-after-first-exit", "2"], []),
+             static_node(ctx, port, 1, ["--wait-after-first-exit", "2"], ["--sleep", "300"])]
+    t_done = None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and t_done is None:
+        t_done = ctx.mtime(0, 0, "pid")
+        time.sleep(0.02)
+    rcs = [n.wait(timeout=60) for n in nodes]
+    took = time.time() - t_done if t_done else None
+    errs = nodes[0].stderr.read() + nodes[1].stderr.read()
+    ok = rcs[1] != 0 and "(--wait-after-first-exit)" in errs and took is not None and took < 10
+    return row(took, summary_line(errs, "wait-after-first-exit"), "n/a (job stopped)",
+               ctx.wait_clean(), ok,
+               "--wait-after-first-exit 2: the job is stopped everywhere about 2 s after node 0 "
+               "finished, so an allocation is not held by a hung rank (srun -W)")
+
+
+@scenario("a PyTorch rank late to init_process_group", "worker")
+def late_rank(ctx):
+    port = free_port()
+    script = os.path.join(ctx.dir, "late.py")
+    with open(script, "w") as f:
+        f.write("import datetime, os, time\n"
+                "import torch.distributed as dist\n"
+                "if os.environ['RANK'] == '1':\n"
+                "    time.sleep(30)\n"
+                "dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=3))\n")
+    nodes = [subprocess.Popen([ctx.path("cohortrun"), "--nnodes", "2", "--node-rank", str(r),
+                               "--master-addr", "127.0.0.1", "--master-port", str(port),
+                               "--nproc-per-node", "1", "--rdzv-id", ctx.tag, script],
+                              env=ctx.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True) for r in (0, 1)]
+    t0 = time.monotonic()
+    rc0 = nodes[0].wait(timeout=120)
+    took = time.monotonic() - t0
+    rc1 = nodes[1].wait(timeout=60)
+    err = nodes[0].stderr.read()
+    nodes[1].stderr.read()
+    ok = rc0 == 1 and rc1 != 0 and re.search(r"had not failed.*\n\s*1\n", err, re.S) is not None
+    return row(took, summary_line(err, "had not failed"), "no (--max-restarts 0)",
+               ctx.wait_clean(), ok,
+               "rank 0 times out waiting in init_process_group; the summary names rank 1, the one "
+               "that never arrived, not only the rank that waited")
+
+
 # ---- network (namespaces) -----------------------------------------------------------------------------
 
 NET_ENV = dict(COHORT_NETNS_PREFIX="cft", COHORT_NETNS_SUBNET="10.75.0", COHORT_NETNS_NODES="4")

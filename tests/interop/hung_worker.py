@@ -1,5 +1,7 @@
 """A PyTorch worker whose rank 1 hangs at step 20 (in stuck_waiting_for_data), while rank 0 keeps
-stepping. It beats through `import cohort` alone: every optimizer step is a heartbeat."""
+stepping. It beats through `import cohort` alone: every optimizer step is a heartbeat. With
+HANG_MARK set, rank 1 writes the time it stops stepping there (the fault suite's clock)."""
+import os
 import time
 
 import torch
@@ -14,6 +16,9 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
 
 def stuck_waiting_for_data():
+    if os.environ.get("HANG_MARK"):
+        with open(os.environ["HANG_MARK"], "w") as f:
+            f.write(str(time.time()))
     time.sleep(600)
 
 
