@@ -30,11 +30,22 @@ struct ElasticJob::Setup {
   std::unique_ptr<EndpointStore> endpoint_store;
   std::unique_ptr<rdzv::StoreServerThread> hosted;
   StoreBridge::StoreFactory factory;
+  TcpStoreOptions client;  // how the c10d endpoint is reached (host and port included)
   std::string advertised;
   std::string node_id;
 };
 
 namespace {
+
+// Connections to the cohortd at client.host:client.port; `what` names it in errors.
+StoreBridge::StoreFactory tcp_store_factory(const TcpStoreOptions& client, std::string what) {
+  return [client, what](const std::atomic<bool>* abandon) -> std::unique_ptr<Store> {
+    check_reachable(client.host, client.port, what);
+    TcpStoreOptions o = client;
+    o.abandon = abandon;
+    return std::make_unique<TcpStore>(o);
+  };
+}
 
 ElasticJob::Setup make_setup(const ElasticJobSettings& s,
                              const std::shared_ptr<spdlog::logger>& log) {
@@ -145,13 +156,9 @@ ElasticJob::Setup make_setup(const ElasticJobSettings& s,
     };
 #endif
   } else {
-    setup.factory = [client](const std::atomic<bool>* abandon) -> std::unique_ptr<Store> {
-      check_reachable(client.host, client.port, "--rdzv-endpoint");
-      TcpStoreOptions o = client;
-      o.abandon = abandon;
-      return std::make_unique<TcpStore>(o);
-    };
+    setup.factory = tcp_store_factory(client, "--rdzv-endpoint");
   }
+  setup.client = client;
   return setup;
 }
 
@@ -178,6 +185,7 @@ ElasticJob::ElasticJob(asio::io_context& io, LoopClock& clock, std::string run_i
       settings_(std::move(settings)),
       endpoint_store_(std::move(setup.endpoint_store)),
       hosted_(std::move(setup.hosted)),
+      client_(std::move(setup.client)),
       advertised_(std::move(setup.advertised)),
       node_id_(std::move(setup.node_id)),
       protocol_(dynamic_settings(settings_), clock.clock()),
@@ -202,6 +210,7 @@ void ElasticJob::join(int after_round, NodeInfo self,
                       std::function<void(std::exception_ptr, RankAssignment)> done) {
   self.id = node_id_;
   self.addr = advertised_;
+  self.endpoint_store = endpoint_store_ != nullptr;
   const bool host_worker_store = !settings_.store_override;
   auto on_rank_known = [this, host_worker_store](int node_rank, NodeInfo* me) {
     if (node_rank != 0 || !host_worker_store) return;
@@ -246,6 +255,12 @@ void ElasticJob::keep_alive_tick() {
   // (a cohortd being restarted comes back), then stop as the other nodes will have dropped this
   // one. Judged here, on the loop, so that a store call stuck in a reconnect cannot delay it.
   const auto silent = clock_.now() - last_beat_ok_;
+  // A store that an agent of this round started dies with that agent's machine: once it has been
+  // silent as long as a lost node is, the next round meets on a survivor instead.
+  if (silent > settings_.conf.liveness_timeout() && store_successor()) {
+    move_store(std::chrono::duration_cast<std::chrono::milliseconds>(silent));
+    return;
+  }
   const auto grace = std::max(settings_.conf.liveness_timeout(), settings_.store_loss_grace);
   if (silent > grace && on_store_lost_) {
     stop_keep_alive();
@@ -285,6 +300,66 @@ void ElasticJob::keep_alive_tick() {
         lost_reported_ = true;
         report_lost(lost.front(), round);
       });
+}
+
+const NodeInfo* ElasticJob::store_successor() const {
+  if (settings_.store != ElasticStore::kCohort || settings_.store_override) return nullptr;
+  const NodeInfo* starter = nullptr;
+  for (const auto& n : alive_round_.nodes)
+    if (n.endpoint_store) starter = &n;
+  if (starter == nullptr) return nullptr;  // a standalone cohortd, or another job's agent's
+  // The node of lowest rank that did not start it (nodes are in node-rank order).
+  for (const auto& n : alive_round_.nodes)
+    if (&n != starter) return &n;
+  return nullptr;
+}
+
+void ElasticJob::move_store(std::chrono::milliseconds silent) {
+  stop_keep_alive();
+  const NodeInfo* starter = nullptr;
+  for (const auto& n : alive_round_.nodes)
+    if (n.endpoint_store) starter = &n;
+  const NodeInfo& successor = *store_successor();
+  const int round = alive_round_.round;
+  TcpStoreOptions next = client_;
+  next.host = successor.addr;
+  const std::string where = format_host_port(next.host, next.port);
+  log_->warn(
+      "the rendezvous store at {} has not answered for {}: it was started by node {} ({}), "
+      "whose machine is taken to be lost; the job moves it to node {} at {} and ends round {}",
+      format_host_port(client_.host, client_.port), in_seconds(silent), starter->node_rank,
+      starter->host, successor.node_rank, where, round);
+  if (successor.id == node_id_) {
+    try {
+      endpoint_store_ = EndpointStore::start(listen_address_for(next.host), next.port,
+                                             settings_.security, kEndpointStoreLinger);
+      if (endpoint_store_) {
+        log_->info("the rendezvous store is now cohortd pid {} on {} (log: {})",
+                   endpoint_store_->pid(), endpoint_store_->address(), endpoint_store_->log_path());
+      }
+    } catch (const std::exception& e) {
+      if (on_store_lost_)
+        on_store_lost_(std::string("cannot move the rendezvous store here: ") + e.what());
+      return;
+    }
+  }
+  client_ = next;
+  JobRendezvous::move_store(tcp_store_factory(client_, "the moved rendezvous store"));
+  // The round this node ran ends on the new store as failed, which the outcome watch (moved with
+  // the store) delivers: the agent stops its workers and joins the next round there. Every
+  // survivor publishes the same; the first one counts.
+  Outcome o;
+  o.kind = Outcome::kFailed;
+  o.node_rank = alive_round_.node_rank;
+  o.restarts = alive_round_.restart_count + 1;
+  o.detail = "the rendezvous store was lost with node " + std::to_string(starter->node_rank) +
+             " (" + starter->host + "); node " + std::to_string(successor.node_rank) +
+             " serves it now";
+  bridge().run([round, o](Store& s) { round_ops::publish_outcome(s, round, o); },
+               [this](std::exception_ptr err) {
+                 if (err && on_store_lost_)
+                   on_store_lost_("the moved rendezvous store: " + describe(err));
+               });
 }
 
 void ElasticJob::report_lost(const std::string& node_id, int round) {

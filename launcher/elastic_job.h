@@ -13,6 +13,7 @@
 
 #include <mutex>
 
+#include "cohort/rdzv/tcp_store.h"
 #include "dynamic_protocol.h"
 #include "endpoint_store.h"
 #include "job_rendezvous.h"
@@ -70,10 +71,17 @@ class ElasticJob final : public JobRendezvous {
              ElasticJobSettings settings, std::shared_ptr<spdlog::logger> log, Setup setup);
   void keep_alive_tick();
   void report_lost(const std::string& node_id, int round);
+  // The node that takes the rendezvous store over when the one that started it is lost: the
+  // running round's node of lowest rank other than the starter; nullptr when the store is not
+  // one a node of this round started (a standalone cohortd, etcd) or nobody is left.
+  const NodeInfo* store_successor() const;
+  // Moves the store to store_successor() (which starts a cohortd there) and ends the round.
+  void move_store(std::chrono::milliseconds silent);
 
   ElasticJobSettings settings_;
   std::unique_ptr<EndpointStore> endpoint_store_;    // the endpoint's cohortd, when we started it
   std::unique_ptr<rdzv::StoreServerThread> hosted_;  // the rendezvous store, when we host it
+  TcpStoreOptions client_;  // how the rendezvous store is reached now (it can move)
   std::string advertised_;
   std::string node_id_;
   DynamicProtocol protocol_;

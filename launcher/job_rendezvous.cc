@@ -15,8 +15,27 @@ JobRendezvous::JobRendezvous(asio::io_context& io, LoopClock& clock, std::string
 
 JobRendezvous::~JobRendezvous() = default;
 
+JobRendezvous::Done JobRendezvous::unless_moved(Done done) {
+  return [this, generation = store_generation_, done = std::move(done)](std::exception_ptr err) {
+    if (err && generation != store_generation_) err = nullptr;
+    done(err);
+  };
+}
+
+void JobRendezvous::move_store(StoreBridge::StoreFactory factory) {
+  ++store_generation_;
+  // The old bridge's destructor interrupts its blocked calls; what they post back is filtered
+  // by unless_moved() (operations) or never delivered (the watch).
+  bridge_ = std::make_unique<StoreBridge>(io_.get_executor(), std::move(factory),
+                                          keys::run_prefix(run_id_));
+  if (watched_round_ >= 0) watch_outcome(watched_round_, on_outcome_, on_watch_error_);
+}
+
 void JobRendezvous::watch_outcome(int round, std::function<void(Outcome)> on_outcome,
                                   std::function<void(std::string)> on_error) {
+  watched_round_ = round;
+  on_outcome_ = on_outcome;
+  on_watch_error_ = on_error;
   bridge_->watch(
       keys::outcome(round),
       [on_outcome, on_error](std::string text) {
@@ -33,12 +52,12 @@ void JobRendezvous::publish_failure(int round, int node_rank, int restart_count,
                                     std::vector<WorkerFailure> failures, Done done) {
   bridge_->run(
       [=](Store& s) { round_ops::publish_failure(s, round, node_rank, restart_count, failures); },
-      std::move(done));
+      unless_moved(std::move(done)));
 }
 
 void JobRendezvous::publish_success(int round, int node_rank, int nnodes, Done done) {
   bridge_->run([=](Store& s) { round_ops::publish_success(s, round, node_rank, nnodes); },
-               std::move(done));
+               unless_moved(std::move(done)));
 }
 
 void JobRendezvous::publish_abort(int round, int node_rank, std::string detail, Done done) {
@@ -52,7 +71,7 @@ void JobRendezvous::publish_abort(int round, int node_rank, std::string detail, 
         o.restarts = round_ops::restarts_after(s, round - 1);
         round_ops::publish_outcome(s, std::max(round, 0), o);
       },
-      std::move(done));
+      unless_moved(std::move(done)));
 }
 
 void JobRendezvous::collect_failures(
@@ -66,7 +85,7 @@ void JobRendezvous::exit_barrier(int round, int nnodes, std::chrono::millisecond
                                  Done done) {
   const bool wait = hosts_store() && nnodes > 1;
   bridge_->run([=](Store& s) { round_ops::exit_barrier(s, round, nnodes, wait, timeout); },
-               std::move(done));
+               unless_moved(std::move(done)));
 }
 
 }  // namespace cohort::launch

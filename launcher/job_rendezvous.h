@@ -76,6 +76,11 @@ class JobRendezvous {
 
  protected:
   StoreBridge& bridge() { return *bridge_; }
+  // The rendezvous store moved (its host was lost and another node serves it now): every later
+  // call goes to the store `factory` makes. Calls still blocked on the old one are given up, and
+  // their errors are not reported (the round they belonged to is over); the outcome watch moves
+  // with the store.
+  void move_store(StoreBridge::StoreFactory factory);
   // Interrupts and joins the bridge's threads. Derived classes whose members the store thread
   // touches call it first in their destructors.
   void stop_bridge() { bridge_.reset(); }
@@ -85,7 +90,15 @@ class JobRendezvous {
   std::shared_ptr<spdlog::logger> log_;
 
  private:
+  // Wraps `done` so that an error from a store that has since been replaced is not reported.
+  Done unless_moved(Done done);
+
   std::unique_ptr<StoreBridge> bridge_;
+  int store_generation_ = 0;  // move_store() calls so far
+  // The outcome watch, to re-arm on a new store.
+  int watched_round_ = -1;
+  std::function<void(Outcome)> on_outcome_;
+  std::function<void(std::string)> on_watch_error_;
 };
 
 }  // namespace cohort::launch

@@ -26,16 +26,6 @@ using namespace std::chrono_literals;
 // before it exits anyway: cohortrun is gone within the workers' grace plus this.
 constexpr auto kAbortGrace = 800ms;
 
-std::string describe(std::exception_ptr err) {
-  try {
-    std::rethrow_exception(err);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
-
 // "python3 (/usr/bin/python3, found on PATH)" or "PYTHON_EXEC=/opt/venv/bin/python".
 std::string describe_interpreter(const std::string& interpreter, const EnvMap& env) {
   if (auto it = env.find("PYTHON_EXEC"); it != env.end() && it->second == interpreter)

@@ -15,6 +15,7 @@ std::string to_json(const NodeInfo& n) {
                                   {"pid", n.pid},
                                   {"addr", n.addr},
                                   {"store_port", n.store_port},
+                                  {"endpoint_store", n.endpoint_store},
                                   {"settings", n.settings}});
 }
 
@@ -29,6 +30,7 @@ NodeInfo node_info_from_json(const std::string& text) {
     n.pid = j.value("pid", 0);
     n.addr = j.value("addr", "");
     n.store_port = j.value("store_port", 0);
+    n.endpoint_store = j.value("endpoint_store", false);
     if (j.contains("settings"))
       n.settings = j.at("settings").get<std::map<std::string, std::string>>();
     if (n.nproc < 1) throw ProtocolError("nproc < 1");

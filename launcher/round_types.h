@@ -17,6 +17,8 @@ struct NodeInfo {
   int pid = 0;         // the agent's pid, for reports
   std::string addr;    // address the node advertises (elastic: where its workers' store listens)
   int store_port = 0;  // elastic, node rank 0: the port of this round's workers' store
+  // elastic: this agent started the c10d endpoint's store (a cohortd that dies with its host)
+  bool endpoint_store = false;
   // Job-wide settings ("--max-restarts" -> "3"): every node of a job must agree on them.
   std::map<std::string, std::string> settings;
 };

@@ -762,6 +762,49 @@ def net_loss(ctx):
     return net_job(ctx, fault, "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=5")
 
 
+@scenario("the machine of an agent-started store dies", "network")
+def store_machine_lost(ctx):
+    if os.geteuid() != 0:
+        return row(None, "skipped: needs root for network namespaces", "n/a", "nothing", True, "")
+    netns(ctx, "up")
+    agents = []
+    try:
+        # The endpoint is node 1's address: node 1's agent starts the store there.
+        agents = [subprocess.Popen(["ip", "netns", "exec", f"cft-n{i}", ctx.path("cohortrun"),
+                                    "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend",
+                                    "c10d", "--rdzv-endpoint", "10.75.0.1:29400", "--rdzv-id",
+                                    ctx.tag, "--rdzv-conf", FAST_CONF, "--max-restarts", "2",
+                                    "--no-python", ctx.path("cohort_test_worker"), "--out",
+                                    ctx.dir, "--sleep", "5"], env=ctx.env(),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                  for i in (1, 2, 3)]
+        wait_until(lambda: all(ctx.mtime(r, 0) for r in range(3)))
+        pids = subprocess.run(["ip", "netns", "pids", "cft-n1"], capture_output=True,
+                              text=True).stdout.split()
+        subprocess.run(["kill", "-9", *pids], stderr=subprocess.DEVNULL)
+        t0 = time.time()
+        wait_until(lambda: ctx.mtime(0, 1, "env") and ctx.mtime(1, 1, "env"))
+        back = max(ctx.mtime(0, 1, "env") or 0, ctx.mtime(1, 1, "env") or 0)
+        rcs = [a.wait(timeout=60) for a in agents[1:]]
+        errs = agents[1].stderr.read() + agents[2].stderr.read()
+        ok = rcs == [0, 0] and back > 0
+        return row(back - t0 if back else None, summary_line(errs, "moves it to node"),
+                   "yes (2 survivors, restart 1)" if ok else f"no ({rcs})", ctx.wait_clean(), ok,
+                   "the survivors move the store to the next node within the keep-alive window and "
+                   "finish (torchrun: every survivor exits 1)")
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+                a.wait()
+        # The moved store lingers 30 s after its last client: it goes with the scenario.
+        pids = subprocess.run(["ip", "netns", "pids", "cft-n2"], capture_output=True,
+                              text=True).stdout.split()
+        if pids:
+            subprocess.run(["kill", "-9", *pids], stderr=subprocess.DEVNULL)
+        netns(ctx, "down")
+
+
 # ---- malformed input ------------------------------------------------------------------------------
 
 @scenario("malformed bytes on the store port", "input")

@@ -94,28 +94,13 @@ class ElasticNetnsTest : public LauncherTest, public ::testing::WithParamInterfa
   Subprocess* start_agent(int node, const std::string& nnodes, const std::string& job,
                           std::vector<std::string> entry, int nproc = 1,
                           std::vector<std::string> env = {}) {
-    std::vector<std::string> argv{"ip",
-                                  "netns",
-                                  "exec",
-                                  ns(node),
-                                  COHORTRUN_BIN,
-                                  "--nnodes",
-                                  nnodes,
-                                  "--nproc-per-node",
-                                  std::to_string(nproc),
-                                  "--rdzv-backend",
-                                  GetParam() == "cohortd" ? "c10d" : "etcd",
-                                  "--rdzv-endpoint",
-                                  endpoint_,
-                                  "--rdzv-id",
-                                  job,
-                                  "--rdzv-conf",
-                                  kFastConf,
-                                  "--max-restarts",
-                                  "2",
+    std::vector<std::string> argv{"ip", "netns", "exec", ns(node), COHORTRUN_BIN, "--nnodes",
+                                  nnodes, "--nproc-per-node", std::to_string(nproc),
+                                  "--rdzv-backend", GetParam() == "cohortd" ? "c10d" : "etcd",
+                                  "--rdzv-endpoint", endpoint_, "--rdzv-id", job, "--rdzv-conf",
+                                  kFastConf, "--max-restarts", "2",
                                   // A node cut off from the store stops its workers after 3 s.
-                                  "--store-loss-grace",
-                                  "3"};
+                                  "--store-loss-grace", "3"};
     argv.insert(argv.end(), entry.begin(), entry.end());
     env.push_back("PYTHON_EXEC=" COHORT_TORCH_PYTHON);
     env.push_back("GLOO_SOCKET_IFNAME=eth0");
@@ -126,6 +111,14 @@ class ElasticNetnsTest : public LauncherTest, public ::testing::WithParamInterfa
     std::vector<std::string> v{"--no-python", TEST_WORKER_BIN, "--out", dir_};
     v.insert(v.end(), args.begin(), args.end());
     return v;
+  }
+  // What a lost machine does to its processes: all of them die at once (SIGKILL).
+  void kill_everything_on(int node) {
+    std::string pids;
+    Subprocess ps({"ip", "netns", "pids", ns(node)});
+    while (auto line = ps.read_line(2s)) pids += *line + " ";
+    ps.wait(5s);
+    if (!pids.empty()) (void)std::system(("kill -9 " + pids + "2>/dev/null").c_str());
   }
   void partition(int node) {
     (void)std::system(("ip -n cel-sw link set p" + std::to_string(node) + " down").c_str());
@@ -236,6 +229,30 @@ TEST_P(ElasticNetnsTest, CoLocatedJobsOnOneEndpointNeverMix) {
     }
     EXPECT_EQ(stores.size(), 1u);
   }
+}
+
+// The store an agent started on its own machine (the endpoint is node 1's address) dies with that
+// machine: the survivors move it to the next node and carry on in a new round.
+TEST_P(ElasticNetnsTest, AStoreWhoseMachineDiesIsTakenOverByASurvivor) {
+  if (GetParam() != "cohortd") GTEST_SKIP() << "an etcd endpoint is never started by an agent";
+  endpoint_ = "10.78.0.1:29400";  // node 1's agent starts the endpoint's cohortd
+  std::vector<Subprocess*> a;
+  for (int n = 1; n <= 3; ++n) a.push_back(start_agent(n, "2:3", "move", worker({"--sleep", "6"})));
+  ASSERT_TRUE(wait_for([&] { return envs(0).size() == 3; }, 60s)) << a[0]->read_all_stderr(1s);
+  // Node 1's machine is lost: everything running there dies at once, its cohortd too.
+  const auto lost_at = std::chrono::steady_clock::now();
+  kill_everything_on(1);
+  ASSERT_TRUE(wait_for([&] { return envs(1).size() == 2; }, 60s)) << a[1]->read_all_stderr(1s);
+  EXPECT_LT(std::chrono::steady_clock::now() - lost_at, 15s);
+  EXPECT_EQ(finish(a[1]), 0) << a[1]->read_all_stderr(1s);
+  EXPECT_EQ(finish(a[2]), 0) << a[2]->read_all_stderr(1s);
+  for (auto& [r, env] : envs(1)) {
+    EXPECT_EQ(env["WORLD_SIZE"], "2") << "rank " << r;
+    EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "1") << "rank " << r;
+  }
+  const std::string err = a[1]->read_all_stderr(1s) + a[2]->read_all_stderr(1s);
+  EXPECT_NE(err.find("the job moves it to node"), std::string::npos) << err;
+  kill_everything_on(2);  // the moved store would linger 30 s after its last client
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ElasticNetnsTest, ::testing::Values("cohortd", "etcd"),

@@ -13,6 +13,7 @@
 // instead; Asio handlers use std::error_code. Thread safety: immutable values.
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -89,5 +90,16 @@ class StoreTimeoutError : public StoreError, public TimeoutError {
   StoreTimeoutError(const std::string& what, std::string key, std::string address)
       : Error(what), StoreError(what, std::move(key), std::move(address)), TimeoutError(what) {}
 };
+
+// The message of a captured exception (what() of a std::exception, else "unknown error").
+inline std::string describe(std::exception_ptr err) {
+  try {
+    std::rethrow_exception(err);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
 
 }  // namespace cohort
