@@ -558,8 +558,7 @@ def torch_hang(ctx):
     p, _ = ctx.run([ctx.path("cohortrun"), "--nproc-per-node", "2", "--worker-hang-timeout", "3",
                     "--max-restarts", "0", "--term-timeout", "2", "--rdzv-id", ctx.tag,
                     os.path.join(INTEROP, "hung_worker.py")], timeout=180,
-                   env=ctx.env(HANG_MARK=mark,
-                               PYTHONPATH=os.path.join(ROOT, "python")))
+                   env=ctx.env(HANG_MARK=mark))  # cohortrun puts its cohort module on PYTHONPATH
     done = time.time()
     hung_at = float(open(mark).read()) if os.path.exists(mark) else None
     ok = (p.returncode == 1 and "hung: no heartbeat for 3 s" in p.stderr
