@@ -34,6 +34,7 @@ class RealNvml : public ::testing::Test {
   void SetUp() override {
     log_ = private_logger("nvml-test", std::make_shared<spdlog::sinks::ostream_sink_mt>(lines_),
                           "info");
+    log_->set_level(spdlog::level::info);  // whatever LOGLEVEL says: the test reads these lines
     const EnvMap env = current_env();
     GpuMonitorOptions o = GpuMonitorOptions::from_env(env, "gpu", 1, true);
     monitor_ = std::make_unique<GpuMonitor>(o, log_);
