@@ -407,6 +407,13 @@ const std::vector<Flag>& flags() {
         [](LaunchConfig& c, const std::string& v) {
           c.sweep_orphans = !switch_value("--no-orphan-sweep", v);
         });
+    own("--gpu-preflight", "",
+        "Before joining, check every GPU this node will use through NVML: visible, no other "
+        "process holding memory, no uncorrected ECC error, Xid or failed row remap; a GPU that "
+        "fails is named and the node exits 1 without joining",
+        [](LaunchConfig& c, const std::string& v) {
+          c.gpu_preflight = switch_value("--gpu-preflight", v);
+        });
     own("--version", "", "Print the version and exit", [](LaunchConfig&, const std::string&) {});
     return t;
   }();

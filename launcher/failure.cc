@@ -18,17 +18,19 @@ namespace {
 using nlohmann::json;
 
 json failure_json(const WorkerFailure& f) {
-  return json{{"node_rank", f.node_rank},
-              {"local_rank", f.local_rank},
-              {"global_rank", f.global_rank},
-              {"host", f.host},
-              {"pid", f.pid},
-              {"exit_code", f.exit_code},
-              {"timestamp", f.timestamp},
-              {"reason", f.reason},
-              {"error_file", f.error_file},
-              {"message", f.message},
-              {"traceback", f.traceback}};
+  json j{{"node_rank", f.node_rank},
+         {"local_rank", f.local_rank},
+         {"global_rank", f.global_rank},
+         {"host", f.host},
+         {"pid", f.pid},
+         {"exit_code", f.exit_code},
+         {"timestamp", f.timestamp},
+         {"reason", f.reason},
+         {"error_file", f.error_file},
+         {"message", f.message},
+         {"traceback", f.traceback}};
+  if (!f.gpu.empty()) j["gpu"] = f.gpu;  // older agents neither write nor expect it
+  return j;
 }
 
 WorkerFailure failure_from(const json& j) {
@@ -44,6 +46,7 @@ WorkerFailure failure_from(const json& j) {
   f.error_file = j.value("error_file", "");
   f.message = j.value("message", "");
   f.traceback = j.value("traceback", "");
+  f.gpu = j.value("gpu", "");
   return f;
 }
 

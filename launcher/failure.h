@@ -20,6 +20,9 @@ struct WorkerFailure {
   std::string error_file;  // the worker's error file when it wrote one, else ""
   std::string message;     // from the error file, else the reason
   std::string traceback;   // from the error file, else the tail of the worker's stderr
+  // What NVML said about the worker's GPU when it failed (an Xid, ECC errors, a thermal
+  // throttle; GpuMonitor::failure_note), filled on the worker's own node; "" when nothing.
+  std::string gpu;
 };
 
 // How a round ended, decided once in the store by the first node to report.

@@ -35,6 +35,7 @@ void block(std::ostringstream& os, const WorkerFailure& f) {
   os << "  exitcode  : " << f.exit_code << " (pid: " << f.pid << ")\n";
   os << "  reason    : " << f.reason << "\n";
   os << "  error_file: " << (f.error_file.empty() ? "<N/A>" : f.error_file) << "\n";
+  if (!f.gpu.empty()) os << "  gpu       : " << f.gpu << "\n";
   std::string trace = f.traceback.empty() ? f.message : f.traceback;
   if (!f.traceback.empty() && !f.message.empty() && f.message != f.reason &&
       f.traceback.find(f.message) == std::string::npos)

@@ -14,6 +14,7 @@
 //     exitcode  : -11 (pid: 20113)
 //     reason    : killed by SIGSEGV
 //     error_file: <N/A>
+//     gpu       : GPU 0 (GPU-5fd3...): Xid 79 (GPU has fallen off the bus)   (when NVML said so)
 //     traceback : <the worker's error file, or the last lines of its stderr>
 //   ============================================================
 //

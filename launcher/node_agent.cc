@@ -14,6 +14,7 @@
 #include "elastic_job.h"
 #include "error_file.h"
 #include "failure_report.h"
+#include "gpu_preflight.h"
 #include "static_job.h"
 #include "worker_specs.h"
 
@@ -136,6 +137,13 @@ void NodeAgent::start() {
     }
     signals_.add(SIGCHLD);  // strays handed over to the subreaper must be reaped
     wait_for_signals();
+    // After the sweep: what earlier agents left on the GPUs is gone before the pre-flight.
+    gpu_ = std::make_unique<GpuMonitor>(
+        GpuMonitorOptions::from_env(env_, plan_.config.nproc_per_node, plan_.nproc,
+                                    plan_.config.gpu_preflight),
+        log_);
+    gpu_->start();
+    if (plan_.config.gpu_preflight) run_gpu_preflight(*gpu_, plan_.host, *log_);
   }
   start_file_timer();
   rdzv_ = make_rendezvous();
@@ -358,8 +366,10 @@ void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outco
     handle(agent_.on_fatal(std::string("cannot prepare the workers: ") + e.what()));
     return;
   }
+  if (gpu_) gpu_->workers_started();
   WorkerGroupEvents events;
   events.exited = [this](int lr, std::optional<WorkerFailure> f) {
+    if (f && gpu_) f->gpu = gpu_->failure_note(lr);
     events_.worker(f ? "FAILED" : "SUCCEEDED", assignment_.node_rank, assignment_.nnodes, lr,
                    assignment_.base_rank + lr, assignment_.world_size,
                    static_cast<size_t>(lr) < worker_pids_.size() ? worker_pids_[lr] : 0,
@@ -375,6 +385,7 @@ void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outco
     handle(agent_.on_worker_exited(lr, std::move(f)));
   };
   events.hung = [this](int lr, WorkerFailure f) {
+    if (gpu_) f.gpu = gpu_->failure_note(lr);
     log_->warn("local rank {} (pid {}) is {}", lr, f.pid, f.reason);
     handle(agent_.on_worker_hung(lr, std::move(f)));
   };

@@ -24,6 +24,7 @@
 #include "console.h"
 #include "event_log.h"
 #include "file_timer.h"
+#include "gpu_monitor.h"
 #include "job_plan.h"
 #include "job_rendezvous.h"
 #include "loop_clock.h"
@@ -112,6 +113,7 @@ class NodeAgent {
   std::unique_ptr<JobRendezvous> rdzv_;
   std::unique_ptr<WorkerGroup> group_;
   std::unique_ptr<FileTimerServer> file_timer_;
+  std::unique_ptr<GpuMonitor> gpu_;  // real processes only: NVML, or one line saying it is off
   RankAssignment assignment_;
   EventLog events_;
   std::vector<pid_t> worker_pids_;  // this round's, by local rank

@@ -4,7 +4,7 @@
 # the GPU, and end with ONE JSON line, whatever happens (a failed or timed-out step included):
 #   {"gpu_check": "pass"|"fail"|"built", "gpu": .., "steps": [{"name", "ok", "seconds", ..}],
 #    "tests": {..}, "layers": {..}, "fmnist": {..}, "gpt": {..}, "gpt_vs_cpu": {..},
-#    "two_ranks_one_gpu": {..}, "gpt_mfu": {..}, "total_s": ..}
+#    "two_ranks_one_gpu": {..}, "gpt_mfu": {..}, "nvml": {..}, "total_s": ..}
 #
 #   scripts/gpu_check.sh                the whole check (3-5 minutes on a 16-core H200 machine)
 #   scripts/gpu_check.sh --build-only   up to where a GPU is needed: find, configure, build, check
@@ -18,7 +18,10 @@
 # a share of the tolerance stated in tests/trainers/cuda_test.cc), Fashion-MNIST for one epoch on
 # the GPU (>= 89%), the GPT for 300 steps on the GPU, the GPT's loss curve on the GPU against the
 # CPU's (the same run on both), two ranks on the one GPU (they must agree on the CPU group) with
-# the share of step time in the gradient allreduce, and a GPT-2-small-shaped GPT's throughput as
+# the share of step time in the gradient allreduce, what cohort's NVML wrapper reads from the
+# real driver (sane values for every GPU, the metrics text through promtool where the machine
+# has it, cohortrun --gpu-preflight passing an idle GPU and refusing one another process holds),
+# and a GPT-2-small-shaped GPT's throughput as
 # model FLOPs utilisation of the GPU's fp32 peak (H200 SXM: 67 TFLOP/s FP32, non-tensor, NVIDIA's
 # H200 datasheet; H200 NVL: 60).
 #
@@ -380,10 +383,13 @@ CPU_PID=$!
 # Every GPU test, serially; each writes its gtest JSON (with the layers' error shares).
 rm -rf "$WORK/gtest"
 mkdir -p "$WORK/gtest"
+# (tests/launcher/nvml_gpu_test.cc among them: the real NVML through cohort's wrapper; what it
+# read goes to nvml_report.json.)
+rm -f "$WORK/nvml_report.json"
 step gpu_tests 200 env "LD_LIBRARY_PATH=$LDP" COHORT_REQUIRE_GPU=1 \
-  "GTEST_OUTPUT=json:$WORK/gtest/" ctest --test-dir "$BUILD" -L gpu --output-on-failure \
-  --timeout 120
-record "{\"gtest_dir\": $(json_str "$WORK/gtest")}"
+  "GTEST_OUTPUT=json:$WORK/gtest/" "COHORT_NVML_REPORT=$WORK/nvml_report.json" \
+  ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 120
+record "{\"gtest_dir\": $(json_str "$WORK/gtest"), \"nvml_report\": $(json_str "$WORK/nvml_report.json")}"
 
 step fmnist_gpu_1epoch 150 "${RUN[@]}" "$BIN/cohort-train-fmnist" --device cuda \
   --data "$DATA/fashion-mnist" --min-test-accuracy 0.89 --metrics - --no-resume \
@@ -433,6 +439,55 @@ step gpt_mfu 120 "${RUN[@]}" "$BIN/cohort-train-gpt" --device cuda --data "$DATA
   --no-resume --metrics "$WORK/gpt_mfu_metrics.jsonl" --summary-json "$WORK/gpt_mfu.json"
 record "{\"mfu\": {\"summary\": $(json_str "$WORK/gpt_mfu.json"),
   \"metrics\": $(json_str "$WORK/gpt_mfu_metrics.jsonl"), \"gpu_name\": $(json_str "$GPU_NAME")}}"
+
+# cohortrun --gpu-preflight on the real NVML: a GPU nobody uses must pass. Then a process holds
+# memory on it (PyTorch, which the machine has) and the node should stay out with the GPU named;
+# that half is reported, not required: inside a container NVML may not list the processes of
+# other PID namespaces, and the report then says so.
+step build_cohortrun 150 "${RUN[@]}" cmake --build "$BUILD" -j "$JOBS" --target cohortrun
+nvml_preflight() {
+  local out rc=0 holder
+  out=$(env "LD_LIBRARY_PATH=$LDP" LOGLEVEL=INFO "$BIN/cohortrun" --gpu-preflight \
+    --nproc-per-node gpu --no-python true 2>&1) || rc=$?
+  echo "$out"
+  if [ "$rc" -ne 0 ] || [[ $out != *"GPU pre-flight passed on "* ]]; then
+    echo "nvml_preflight: an idle GPU did not pass (exit $rc)"
+    return 1
+  fi
+  python3 -c 'import time, torch
+x = torch.ones(1 << 20, device="cuda"); torch.cuda.synchronize()
+print("holding", flush=True); time.sleep(60)' >"$WORK/gpu_holder.log" 2>&1 &
+  holder=$!
+  for _ in $(seq 1 300); do  # until it holds memory (30 s at most)
+    grep -q holding "$WORK/gpu_holder.log" && break
+    kill -0 "$holder" 2>/dev/null || break
+    sleep 0.1
+  done
+  rc=0
+  out=$(env "LD_LIBRARY_PATH=$LDP" "$BIN/cohortrun" --gpu-preflight --nproc-per-node gpu \
+    --no-python true 2>&1) || rc=$?
+  kill "$holder" 2>/dev/null
+  wait "$holder" 2>/dev/null
+  echo "$out"
+  if ! grep -q holding "$WORK/gpu_holder.log"; then
+    cat "$WORK/gpu_holder.log"
+    echo "busy: not checked: PyTorch could not hold GPU memory" >"$WORK/nvml_busy.txt"
+  elif [ "$rc" -eq 1 ] && [[ $out == *"held by another process"* ]]; then
+    echo "busy: refused: $(echo "$out" | grep -m1 'held by another process' | sed 's/^ *//')" \
+      >"$WORK/nvml_busy.txt"
+  else
+    echo "busy: NOT refused (exit $rc): NVML listed no process holding the GPU" \
+      >"$WORK/nvml_busy.txt"
+  fi
+  cat "$WORK/nvml_busy.txt"
+}
+export -f nvml_preflight
+rm -f "$WORK/nvml_busy.txt"
+step nvml_preflight 90 nvml_preflight
+P=$WORK/step-nvml_preflight.log
+record "{\"nvml_preflight\": {\"idle\": $(json_str "$(grep -m1 -o 'GPU pre-flight passed.*' "$P" 2>/dev/null)"),
+  \"busy\": $(json_str "$(sed 's/^busy: //' "$WORK/nvml_busy.txt" 2>/dev/null)"),
+  \"nvml\": $(json_str "$(grep -m1 -o 'GPU health: NVML.*' "$P" 2>/dev/null)")}}"
 
 if [ -n "${OUT:-}" ]; then
   for f in gpt_gpu_metrics.jsonl gpt_cpu_metrics.jsonl; do

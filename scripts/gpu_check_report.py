@@ -232,9 +232,34 @@ def main():
                     entry["peak_source"] = f"no FP32 peak known for {name!r}"
             report["gpt_mfu"] = entry
 
+    nvml = nvml_section(load_json(facts.get("nvml_report")), facts.get("nvml_preflight"),
+                        tests.get("RealNvml.TheMetricsTextPassesPromtool"))
+    if nvml:
+        report["nvml"] = nvml
+
     report["gpu_check"] = status
     report["total_s"] = round(total, 1)
     print(json.dumps(short_floats(report), separators=(", ", ": ")))
+
+
+def nvml_section(readings, preflight, metrics_test):
+    """What cohort's NVML wrapper read from the real driver (tests/launcher/nvml_gpu_test.cc),
+    whether promtool checked the metrics text, and cohortrun --gpu-preflight's answers."""
+    out = {}
+    if readings:
+        keys = ("index", "name", "temperature_c", "power_w", "sm_clock_mhz", "processes",
+                "throttle_reasons", "ecc_uncorrected", "xid_watched")
+        out["gpus"] = [dict({k: g[k] for k in keys if k in g},
+                            memory_total_gib=round(g.get("memory_total_bytes", 0) / 2**30, 1))
+                       for g in readings.get("gpus", [])]
+        out["metrics_bytes"] = readings.get("metrics_bytes")
+        out["preflight_problems"] = readings.get("preflight_problems")
+    if metrics_test:
+        props = metrics_test.get("worst_share_of_tolerance", {})  # the test's recorded properties
+        out["metrics_text"] = {"ok": metrics_test.get("ok"), "promtool": props.get("promtool")}
+    if preflight:
+        out["cohortrun_preflight"] = preflight
+    return out
 
 
 def short_floats(x):

@@ -36,6 +36,8 @@ PACKAGES=(
   debootstrap
   # installing (tests/install): man pages (help2man), the unit's check (systemd-analyze)
   help2man systemd
+  # promtool, which checks cohort's Prometheus text (tests/launcher/gpu_health_test.cc)
+  prometheus
 )
 
 missing=()

@@ -60,6 +60,22 @@ TEST(FailureReport, ATimeoutNamesTheRanksThatHadNotFailed) {
             std::string::npos);
 }
 
+TEST(FailureReport, WhatNvmlSaidIsALineOfItsOwnAndTravelsThroughTheStore) {
+  WorkerFailure f = make(2, 5, 1);
+  f.gpu = "GPU 2 (GPU-abc, NVIDIA H200): Xid 79 (GPU has fallen off the bus)";
+  WorkerFailure back = failure_from_json(to_json(f));
+  EXPECT_EQ(back.gpu, f.gpu);
+  std::string r = format_failure_report("t", {back});
+  EXPECT_NE(r.find("  error_file: <N/A>\n  gpu       : GPU 2 (GPU-abc, NVIDIA H200): Xid 79 (GPU "
+                   "has fallen off the bus)\n  traceback : "),
+            std::string::npos)
+      << r;
+  // Without a note there is no such line, and a record without the key (an older agent's) reads.
+  EXPECT_EQ(format_failure_report("t", {make(0, 1, 1)}).find("gpu       :"), std::string::npos);
+  EXPECT_EQ(failure_from_json(to_json(make(0, 1, 1))).gpu, "");
+  EXPECT_EQ(to_json(make(0, 1, 1)).find("\"gpu\""), std::string::npos);
+}
+
 // Found by fuzz_error_file: a traceback cut inside a UTF-8 sequence made the failure's trip
 // through the store throw (nlohmann::json refuses to write invalid UTF-8).
 TEST(FailureReport, InvalidUtf8InATracebackSurvivesTheTripThroughTheStore) {

@@ -96,6 +96,9 @@ struct LaunchConfig {
   // store (a cohortd being restarted); past it, they are stopped as for a lost node.
   std::chrono::milliseconds store_loss_grace{std::chrono::seconds(60)};
   bool sweep_orphans = true;
+  // --gpu-preflight: before joining, every GPU this node will use must be visible to NVML, free
+  // of other processes and free of pending errors, or the node exits without joining.
+  bool gpu_preflight = false;
   // The store's token (cohortd's HMAC handshake): hosted stores require it, agents and
   // libcohort workers present it; PyTorch workers cannot, so they connect from
   // `allow_unauthenticated_from` networks (comma-separated CIDRs) or not at all.
