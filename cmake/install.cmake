@@ -237,3 +237,5 @@ if(TARGET cohortd)
   configure_file(${PROJECT_SOURCE_DIR}/packaging/cohortd.service.in
                  ${PROJECT_BINARY_DIR}/cohortd.service @ONLY)
 endif()
+
+include(${PROJECT_SOURCE_DIR}/cmake/package.cmake)
