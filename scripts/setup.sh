@@ -38,6 +38,8 @@ PACKAGES=(
   # Debian packages (cmake/package.cmake): CPack's dependency list (dpkg-shlibdeps from dpkg-dev,
   # file) and their check (lintian)
   help2man systemd dpkg-dev file lintian
+  # the wheel test's CMake build of cohortrun and cohortd, cached across runs and clones
+  ccache
 )
 
 missing=()
