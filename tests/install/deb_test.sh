@@ -140,11 +140,15 @@ unshare --mount --propagation private -- bash -euc '
       { in_root dpkg -i "${debs[@]}" || true; } &&
       in_root apt-get install -f -y -q --no-install-recommends "$@"
   }
-  # From the cache alone when it has everything; else fetch the lists and what is missing.
+  # From the cache alone when it has everything; else fetch the lists and what is missing. One
+  # test at a time uses the cache (apt would refuse a second one its lock instead of waiting).
+  exec 8>>"$cache/test.lock"
+  flock 8
   if ! install_all --no-download >"$work/apt.log" 2>&1; then
     in_root apt-get update -q >>"$work/apt.log" 2>&1 || { tail -20 "$work/apt.log" >&2; exit 3; }
     install_all >>"$work/apt.log" 2>&1 || { tail -30 "$work/apt.log" >&2; exit 3; }
   fi
+  flock -u 8
   for p in cohort libcohort-dev; do
     in_root dpkg-query -W -f "\${Status}" "$p" | grep -qx "install ok installed" ||
       { echo "$p is not installed: $(tail -30 "$work/apt.log")" >&2; exit 3; }

@@ -17,6 +17,7 @@ libdir=$(sed -n 's/^libdir=\${prefix}\///p' "$build/cohort.pc")
 for f in bin/cohortrun bin/cohortd include/cohort/context.h include/cohort/cpu_process_group.h \
          include/cohort/error.h include/cohort/rdzv/store.h include/cohort/base/environment.h \
          "$libdir/libcohort.a" "$libdir/libcohort.so" "$libdir/pkgconfig/cohort.pc" \
+         lib/cohort/python/cohort/__init__.py \
          "$libdir/cmake/cohort/cohortConfig.cmake" "$libdir/cmake/cohort/cohortConfigVersion.cmake"; do
   [[ -e $prefix/$f ]] || fail "not installed: $f"
 done
