@@ -5,6 +5,21 @@
 #
 # Included from the top-level CMakeLists.txt after every product folder, so that it can reach their
 # targets without those folders knowing about installation.
+
+# Libraries go to lib/<multiarch triplet> on Debian under every prefix, not only /usr (where
+# GNUInstallDirs alone puts them there): ld.so, pkg-config and find_package look in
+# <prefix>/lib/<triplet> too, and one build then makes both `cmake --install` and the Debian
+# packages (lintian wants their cohort.pc in /usr/lib/<triplet>/pkgconfig). A build folder
+# configured before this holds GNUInstallDirs' default "lib" in its cache: that is replaced; any
+# other value given with -DCMAKE_INSTALL_LIBDIR is kept.
+if(CMAKE_LIBRARY_ARCHITECTURE AND EXISTS /etc/debian_version)
+  get_property(_libdir_help CACHE CMAKE_INSTALL_LIBDIR PROPERTY HELPSTRING)
+  if(NOT DEFINED CACHE{CMAKE_INSTALL_LIBDIR} OR
+     (CMAKE_INSTALL_LIBDIR STREQUAL "lib" AND _libdir_help STREQUAL "Object code libraries (lib)"))
+    set(CMAKE_INSTALL_LIBDIR lib/${CMAKE_LIBRARY_ARCHITECTURE} CACHE PATH
+        "Object code libraries (lib/<multiarch triplet> on Debian)" FORCE)
+  endif()
+endif()
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -17,8 +32,8 @@ if(COHORT_SANITIZE OR COHORT_FUZZ OR NOT COHORT_INSTALL)
   return()
 endif()
 
-set(COHORT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/cohort CACHE STRING
-    "Where cohortConfig.cmake is installed, relative to the prefix")
+# Where cohortConfig.cmake is installed, relative to the prefix.
+set(COHORT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/cohort)
 
 # cohort_install_interface_includes(<target>...): the folders' libraries publish their source
 # include/ folders; an exported target must name the installed one instead. Rewrites each target's
@@ -56,6 +71,13 @@ foreach(_bin cohortrun cohortd cohort-train-fmnist cohort-train-gpt)
     install(TARGETS ${_bin} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
   endif()
 endforeach()
+# The `cohort` Python package (heartbeats for Python workers), where an installed cohortrun looks
+# for it to put on its workers' PYTHONPATH: <prefix>/lib/cohort/python (launcher/job_plan.cc;
+# "lib" whatever CMAKE_INSTALL_LIBDIR is, as it holds no library).
+if(TARGET cohortrun)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/cohort DESTINATION lib/cohort/python
+          COMPONENT runtime FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+endif()
 
 # ---- libcohort -----------------------------------------------------------------------------------
 if(TARGET cohort)
@@ -106,7 +128,8 @@ if(TARGET cohort)
   install(TARGETS ${_cohort_exported}
     EXPORT cohortTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
-    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev NAMELINK_COMPONENT dev
+    # The shared library itself is component lib (Debian: libcohortX.Y), its libcohort.so link dev.
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT lib NAMELINK_COMPONENT dev
     INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   # The public headers: libcohort's and the two folders' it includes (the error hierarchy, the
   # environment, the store interface).
@@ -134,9 +157,11 @@ if(TARGET cohort)
   file(RELATIVE_PATH COHORT_PC_TO_PREFIX /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
   string(REGEX REPLACE "/$" "" COHORT_PC_TO_PREFIX "${COHORT_PC_TO_PREFIX}")
   set(COHORT_PC_LIBS_PRIVATE "-lcohort_rdzv_server -lcohort_rdzv_client -lcohort_base -lspdlog -lfmt")
+  # GCC's libbacktrace.a lies in the compiler's own folder, which it searches: -lbacktrace, not
+  # its path (a path with the triplet in it would tie the file to one architecture).
   foreach(_dep IN LISTS _cohort_deps)
     if(_dep MATCHES "libbacktrace\\.a$")
-      string(APPEND COHORT_PC_LIBS_PRIVATE " ${_dep}")
+      string(APPEND COHORT_PC_LIBS_PRIVATE " -lbacktrace")
     endif()
   endforeach()
   string(APPEND COHORT_PC_LIBS_PRIVATE " -ldl -lrt")
@@ -212,3 +237,5 @@ if(TARGET cohortd)
   configure_file(${PROJECT_SOURCE_DIR}/packaging/cohortd.service.in
                  ${PROJECT_BINARY_DIR}/cohortd.service @ONLY)
 endif()
+
+include(${PROJECT_SOURCE_DIR}/cmake/package.cmake)

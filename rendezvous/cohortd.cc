@@ -18,6 +18,7 @@
 #include "cohort/base/logging.h"
 #include "cohort/error.h"
 #include "cohortd_log.h"
+#include "service_notify.h"
 
 namespace cohort::rdzv {
 
@@ -214,6 +215,7 @@ int run_cohortd(const CohortdConfig& config) {
   // Whatever ends the loop (a signal, --exit-when-idle) cancels everything else waiting on it.
   std::function<void()> idle_cancel;
   auto stop = [&] {
+    notify_service_manager("STOPPING=1");
     std::error_code ignored;
     signals.cancel(ignored);
     if (idle_cancel) idle_cancel();
@@ -238,6 +240,12 @@ int run_cohortd(const CohortdConfig& config) {
     });
   };
   report_drops();
+  // Under a Type=notify unit (packaging/cohortd.service.in), systemd hears that clients can
+  // connect, once a SIGTERM would also stop the store in order (the signal set above).
+  if (std::string why = notify_service_manager("READY=1\nSTATUS=listening on " + server.address());
+      !why.empty()) {
+    log->warn("cannot tell the service manager that cohortd is ready: {}", why);
+  }
   io.run();
   auto st = server.stats();
   if (uint64_t n = logging.take_dropped())

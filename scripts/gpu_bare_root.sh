@@ -15,7 +15,8 @@
 # to make the root and the bundle the first time.
 #
 # Cached under ~/.cache/cohort/bare-root (one lock, so concurrent runs wait for each other):
-#   root-bookworm-<hash>/   the debootstrap root, per package list
+#   root-bookworm-<hash>/   the debootstrap root, per package list (scripts/debian_root.sh: a
+#                           compiler, CMake, ninja, Python and ccache, as a CUDA image has)
 #   cuda-<version>/         the toolkit without NCCL, hard links where the file system allows
 #   cuda-<version>-nocublas/  the same without cuBLAS
 #   wheels/                 NCCL and cuBLAS laid out as PyTorch's wheels lay them out
@@ -29,11 +30,6 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/cohort/bare-root
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-MIRROR=${COHORT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-SUITE=bookworm
-# What a CUDA image has besides the toolkit: a C++ compiler, CMake, ninja, Python, and here ccache
-# (repeated runs stay fast; gpu_check uses it when present). Nothing cohort links.
-ROOT_PACKAGES=(g++ make cmake ninja-build python3 ccache)
 # Present in the root means the simulation is wrong.
 FORBIDDEN='libspdlog|libfmt-dev|libopenblas|libgtest|libssl-dev|zlib1g-dev|nlohmann|libasio|libcli11|libcurl.*-dev|libnccl'
 SHELL_MODE=false
@@ -53,23 +49,18 @@ command -v unshare >/dev/null || skip "no unshare (util-linux)"
 [ -x "$CUDA_HOME/bin/nvcc" ] || skip "no CUDA toolkit at $CUDA_HOME"
 unshare --mount --net true 2>/dev/null || skip "cannot make mount and network namespaces here"
 
+# ---- the root ------------------------------------------------------------------------------------
+# scripts/debian_root.sh makes it once (debootstrap) and caches it beside this script's files,
+# under the same lock, so it runs before this script takes that lock for the rest.
+ROOT=$("$REPO/scripts/debian_root.sh") || {
+  rc=$?
+  [ "$rc" = 77 ] && skip "no Debian root (above)"
+  die "cannot make the Debian root (exit $rc)"
+}
 mkdir -p "$CACHE"
 exec 9>"$CACHE/lock"
 flock 9
 
-# ---- the root ------------------------------------------------------------------------------------
-key=$(echo "$SUITE ${ROOT_PACKAGES[*]}" | sha256sum | cut -c1-12)
-ROOT=$CACHE/root-$SUITE-$key
-if [ ! -f "$ROOT/.cohort-root-complete" ]; then
-  echo "gpu_bare_root: making the root in $ROOT (debootstrap, a few minutes)" >&2
-  rm -rf "$ROOT.tmp" "$ROOT"
-  debootstrap --variant=minbase --include="$(IFS=,; echo "${ROOT_PACKAGES[*]}")" "$SUITE" \
-    "$ROOT.tmp" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 ||
-    die "debootstrap failed (see $CACHE/debootstrap.log)"
-  chroot "$ROOT.tmp" apt-get clean
-  touch "$ROOT.tmp/.cohort-root-complete"
-  mv "$ROOT.tmp" "$ROOT"
-fi
 if chroot "$ROOT" dpkg-query -W -f '${Package}\n' | grep -E "^($FORBIDDEN)"; then
   die "the root has packages the GPU machine lacks (above)"
 fi

@@ -34,8 +34,12 @@ PACKAGES=(
   gnuplot-nox
   # scripts/gpu_bare_root.sh: the bare GPU machine, simulated in a Debian root
   debootstrap
-  # installing (tests/install): man pages (help2man), the unit's check (systemd-analyze)
-  help2man systemd
+  # installing (tests/install): man pages (help2man), the unit's check (systemd-analyze); the
+  # Debian packages (cmake/package.cmake): CPack's dependency list (dpkg-shlibdeps from dpkg-dev,
+  # file) and their check (lintian)
+  help2man systemd dpkg-dev file lintian
+  # the wheel test's CMake build of cohortrun and cohortd, cached across runs and clones
+  ccache
   # promtool, which checks cohort's Prometheus text (tests/launcher/gpu_health_test.cc)
   prometheus
 )

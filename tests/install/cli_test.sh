@@ -5,6 +5,7 @@
 #   each usage error exits 2 with one line on stderr that names the offending flag;
 #   --help shows typed placeholders, never CLI11's TEXT/INT/FLOAT;
 #   --print-completion bash prints a completion script;
+# a worker's ModuleNotFoundError names its interpreter in the failure summary;
 # and cohortd configured only through COHORTD_* variables, and only through a --config file.
 #   cli_test.sh <bin dir> <version> <work dir>
 set -euo pipefail
@@ -57,6 +58,32 @@ for row in "${usage_errors[@]}"; do
     fail "$b $args: $lines lines on stderr, want 1: $(cat "$work/err")"
   elif ! grep -qF -- "$flag" "$work/err"; then
     fail "$b $args: the error does not name $flag: $(cat "$work/err")"
+  fi
+done
+
+# A Python worker that dies of ModuleNotFoundError: the failure summary names the interpreter that
+# ran it, however it was chosen (cohortrun --help: PYTHON_EXEC, else python3 on PATH here).
+echo 'import cohort_cli_test_no_such_module' >"$work/missing_module.py"
+python3_on_path=$(command -v python3)
+# row: label | PYTHON_EXEC ("" for none) | what the summary must say
+interpreter_rows=(
+  "PATH||the workers ran under python3 ($python3_on_path, the first on PATH)"
+  "PYTHON_EXEC|$python3_on_path|the workers ran under PYTHON_EXEC=$python3_on_path"
+)
+for row in "${interpreter_rows[@]}"; do
+  IFS='|' read -r label python_exec want <<<"$row"
+  rc=0
+  if [[ -n $python_exec ]]; then
+    PYTHON_EXEC=$python_exec "$bin/cohortrun" --nproc-per-node 1 "$work/missing_module.py" \
+      >"$work/missing.out" 2>&1 </dev/null || rc=$?
+  else
+    env -u PYTHON_EXEC "$bin/cohortrun" --nproc-per-node 1 "$work/missing_module.py" \
+      >"$work/missing.out" 2>&1 </dev/null || rc=$?
+  fi
+  if [[ $rc != 1 ]]; then
+    fail "ModuleNotFoundError ($label): cohortrun exited $rc, want 1: $(cat "$work/missing.out")"
+  elif ! grep -qF "$want" "$work/missing.out"; then
+    fail "ModuleNotFoundError ($label): the summary does not say '$want': $(cat "$work/missing.out")"
   fi
 done
 

@@ -17,6 +17,7 @@ libdir=$(sed -n 's/^libdir=\${prefix}\///p' "$build/cohort.pc")
 for f in bin/cohortrun bin/cohortd include/cohort/context.h include/cohort/cpu_process_group.h \
          include/cohort/error.h include/cohort/rdzv/store.h include/cohort/base/environment.h \
          "$libdir/libcohort.a" "$libdir/libcohort.so" "$libdir/pkgconfig/cohort.pc" \
+         lib/cohort/python/cohort/__init__.py \
          "$libdir/cmake/cohort/cohortConfig.cmake" "$libdir/cmake/cohort/cohortConfigVersion.cmake"; do
   [[ -e $prefix/$f ]] || fail "not installed: $f"
 done
@@ -52,8 +53,10 @@ for kind in shared static; do
   run2 "$work/cmake-$kind/consumer"
 done
 # The shared build must really use the installed libcohort.so.
-ldd "$work/cmake-shared/consumer" | grep -q "$prefix/$libdir/libcohort.so" ||
-  fail "consumer (shared) does not load $prefix/$libdir/libcohort.so: $(ldd "$work/cmake-shared/consumer")"
+# (ldd's output in a variable: grep -q stops reading early, and pipefail would count ldd's SIGPIPE)
+libs=$(ldd "$work/cmake-shared/consumer")
+grep -q "$prefix/$libdir/libcohort.so" <<<"$libs" ||
+  fail "consumer (shared) does not load $prefix/$libdir/libcohort.so: $libs"
 
 export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
 read -ra flags <<<"$(pkg-config --cflags --libs cohort)"
@@ -68,7 +71,8 @@ for i in "${!flags[@]}"; do
 done
 c++ -std=c++20 -O1 -o "$work/pkgconfig-static-consumer" "$src/tests/install/consumer/main.cc" \
     "${flags[@]}" || fail "pkg-config --static build failed"
-if ldd "$work/pkgconfig-static-consumer" | grep -q libcohort; then
+libs=$(ldd "$work/pkgconfig-static-consumer")
+if grep -q libcohort <<<"$libs"; then
   fail "pkgconfig-static-consumer loads libcohort.so"
 fi
 run2 "$work/pkgconfig-static-consumer"
