@@ -7,12 +7,12 @@ import time
 
 
 class Cohortd:
-    """A cohortd on 127.0.0.1 and a free port, stopped by SIGTERM on exit."""
+    """A cohortd on 127.0.0.1 and a free port (or `port`), stopped by SIGTERM on exit."""
 
-    def __init__(self, binary, *extra_args):
+    def __init__(self, binary, *extra_args, port=0):
         self.log = tempfile.TemporaryFile(mode="w+")  # stderr, read back on failure
         self.proc = subprocess.Popen(
-            [binary, "--host", "127.0.0.1", "--port", "0", *extra_args],
+            [binary, "--host", "127.0.0.1", "--port", str(port), *extra_args],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline().strip()
         if not line:
