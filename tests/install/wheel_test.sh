@@ -40,6 +40,12 @@ base=$("$torch_python" -c 'import sys; print(sys._base_executable)')
 site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 "$torch_python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/torch-from-venv.pth"
 "$work/venv/bin/pip" install -q --no-index --no-deps "$wheel" || fail "pip install $wheel failed"
+# torchrun 2.x finds --rdzv-backend cohort through the wheel's entry point.
+"$work/venv/bin/python" - <<'PYEOF' || fail "the wheel declares no torchrun.handlers entry point 'cohort'"
+from importlib.metadata import entry_points
+(ep,) = [e for e in entry_points(group="torchrun.handlers") if e.name == "cohort"]
+assert callable(ep.load()()), ep
+PYEOF
 for b in cohortrun cohortd; do
   [[ -x $work/venv/bin/$b ]] || fail "the wheel put no $b in the venv's bin"
   "$work/venv/bin/$b" --version | grep -q "^$b 0" || fail "$b --version from the venv"
