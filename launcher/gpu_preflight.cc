@@ -13,12 +13,6 @@
 namespace cohort::launch {
 namespace {
 
-std::string join(const std::vector<std::string>& parts, const char* sep) {
-  std::string out;
-  for (const auto& p : parts) out += (out.empty() ? "" : sep) + p;
-  return out;
-}
-
 std::string memory_words(uint64_t bytes) {
   char buf[32];
   if (bytes >= (1ull << 30)) {

@@ -5,13 +5,14 @@
 #include "nvml_api.h"
 
 namespace cohort::launch {
-namespace {
 
 std::string join(const std::vector<std::string>& parts, const char* sep) {
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : sep) + p;
   return out;
 }
+
+namespace {
 
 constexpr uint64_t kThermal = nvml::kReasonHwThermalSlowdown | nvml::kReasonSwThermalSlowdown;
 

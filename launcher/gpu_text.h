@@ -14,6 +14,9 @@ namespace cohort::launch {
 // the parts NVML did not give are left out).
 std::string gpu_label(const GpuState& gpu);
 
+// `parts` joined with `sep` between them ("" for none).
+std::string join(const std::vector<std::string>& parts, const char* sep);
+
 // The clocks-event (throttle) reasons set in `bits`, in words, most serious first:
 // "HW thermal slowdown", "HW power brake", "HW slowdown", "SW thermal slowdown", "SW power cap",
 // "sync boost", "applications clocks setting", "display clock setting", "idle".
