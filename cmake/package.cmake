@@ -78,6 +78,11 @@ if(TARGET cohort_shared)
   list(APPEND CPACK_COMPONENTS_ALL lib dev)
 endif()
 set(CPACK_COMPONENTS_GROUPING IGNORE)
+if(COHORT_HAVE_CUDA)
+  message(STATUS "cohort: this build links the CUDA toolkit's libraries, which no Debian package "
+                 "provides: for Debian packages that start on any machine, cpack a build "
+                 "configured with -DCOHORT_CUDA=OFF")
+endif()
 
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)

@@ -31,6 +31,34 @@ command -v lintian >/dev/null || fail "no lintian (scripts/setup.sh installs it)
 command -v unshare >/dev/null || skip "no unshare (util-linux)"
 
 # ---- the packages --------------------------------------------------------------------------------
+# A CUDA build's libcohort and trainers need libcudart, libnccl and libcublas from the CUDA toolkit,
+# which no Debian package provides: installed on a machine without the toolkit they would not even
+# start. The packages are the CPU build, so a CUDA build is rebuilt without CUDA beside it
+# (<build>-deb: the same depth as <build>, so ccache finds every object that does not see CUDA).
+needs_cuda() {
+  local f
+  for f in "$1"/libcohort.so.*.* "$1"/bin/cohort-train-*; do
+    [[ -f $f ]] || continue
+    if objdump -p "$f" | grep -Eq 'NEEDED +lib(cudart|nccl|cublas)'; then return 0; fi
+  done
+  return 1
+}
+if needs_cuda "$build"; then
+  cpu=$build-deb
+  launcher=()
+  if command -v ccache >/dev/null; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+    export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$src}
+  fi
+  say "the build links CUDA: the packages come from a CPU build in $cpu"
+  { cmake -S "$src" -B "$cpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOHORT_CUDA=OFF \
+      -DCOHORT_BUILD_RUNTIME=ON -DCOHORT_BUILD_TRAINERS=ON -DCOHORT_BUILD_TESTS=OFF \
+      -DCOHORT_BUILD_BENCH=OFF "${launcher[@]}" && cmake --build "$cpu"; } >"$work/cpu-build.log" 2>&1 ||
+    fail "the CPU build for the packages failed: $(tail -30 "$work/cpu-build.log")"
+  needs_cuda "$cpu" && fail "the CPU build in $cpu still links CUDA"
+  build=$cpu
+  say "CPU build done"
+fi
 # gzip instead of the packages' xz: half the time here (11 s against 25 s on 2 busy cores); the
 # contents and the control files are the same.
 cpack --config "$build/CPackConfig.cmake" -B "$work/cpack" -D CPACK_DEBIAN_COMPRESSION_TYPE=gzip \
