@@ -1,8 +1,11 @@
 #include "job_plan.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -179,8 +182,30 @@ JobPlan make_plan(LaunchConfig config, const EnvMap& env) {
     }
   }
   p.log_root = make_log_root(config.log_dir, p.run_id, &p.temp_log_base);
+  if (!config.auth_token.empty())
+    p.store_token_file = write_store_token(p.log_root, config.auth_token);
   p.config = std::move(config);
   return p;
+}
+
+std::string write_store_token(const std::string& dir, const std::string& token) {
+  const std::string path = dir + "/store_token";
+  // Created for the job's user alone (O_EXCL: never one that someone else put there first).
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    int e = errno;
+    throw IoError("cannot create the workers' token file " + path + ": " + std::strerror(e), e);
+  }
+  const std::string text = token + "\n";
+  bool ok = ::fchmod(fd, 0600) == 0 &&
+            ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  int e = errno;
+  ok = ::close(fd) == 0 && ok;
+  if (!ok) {
+    ::unlink(path.c_str());
+    throw IoError("cannot write the workers' token file " + path + ": " + std::strerror(e), e);
+  }
+  return path;
 }
 
 }  // namespace cohort::launch

@@ -1,7 +1,7 @@
 // JobPlan: the launch configuration resolved into what this node will do, before anything runs:
 // Slurm's shape applied, workers per node counted, the run id chosen, the log directory made,
-// the worker command built, the signals to handle parsed. Pure apart from the log directory and
-// reading the machine's resources.
+// the worker command built, the signals to handle parsed. Pure apart from the log directory (and
+// the workers' token file in it) and reading the machine's resources.
 #pragma once
 
 #include <optional>
@@ -36,10 +36,17 @@ struct JobPlan {
   // workers' PYTHONPATH; "" when not found.
   std::string python_dir;
   std::vector<std::string> notes;  // for the log, once it exists
+  // With --auth-token-file: <log_root>/store_token, mode 0600, which workers are told of
+  // (COHORT_STORE_TOKEN_FILE) instead of the token itself; NodeAgent removes it when it ends.
+  std::string store_token_file;
 };
 
 // Throws UsageError (a flag or combination that cannot work) or IoError (the log directory).
 JobPlan make_plan(LaunchConfig config, const EnvMap& env);
+
+// Writes `token` to <dir>/store_token, readable and writable by this user alone, and returns
+// its path; throws IoError (naming the file) when it cannot, or when the file already exists.
+std::string write_store_token(const std::string& dir, const std::string& token);
 
 // --devices: sets CUDA_VISIBLE_DEVICES in *env to the list (so that LOCAL_RANK i selects its i-th
 // device), and --nproc-per-node to its length unless given. make_plan() refuses more workers than

@@ -78,6 +78,8 @@ NodeAgent::~NodeAgent() {
   signals_.cancel(ignored);
   group_.reset();
   rdzv_.reset();
+  // The workers are gone: nobody needs the token file any more.
+  if (!plan_.store_token_file.empty()) ::unlink(plan_.store_token_file.c_str());
 }
 
 std::unique_ptr<JobRendezvous> NodeAgent::make_rendezvous() {

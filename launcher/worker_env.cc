@@ -35,7 +35,17 @@ std::vector<std::string> build_worker_env(const std::map<std::string, std::strin
   env.try_emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (in.omp_num_threads) set("OMP_NUM_THREADS", num(*in.omp_num_threads));
   if (!c.collective_timeout.empty()) set("COHORT_TIMEOUT_S", c.collective_timeout);
-  if (!c.auth_token.empty()) set("COHORT_STORE_TOKEN", c.auth_token);
+  if (!c.auth_token.empty()) {
+    // The file's name, not the token: libcohort reads the file and takes the variable out of the
+    // worker's environment, so the worker's own children never see the token. A token the user
+    // put in cohortrun's environment is not passed on beside it.
+    if (!in.store_token_file.empty()) {
+      set("COHORT_STORE_TOKEN_FILE", in.store_token_file);
+      env.erase("COHORT_STORE_TOKEN");
+    } else {
+      set("COHORT_STORE_TOKEN", c.auth_token);  // a plan made without the file (tests)
+    }
+  }
   set("COHORT_AGENT_ID", in.agent_id);
   set("COHORT_NODE_RANK", num(a.node_rank));
   set("COHORT_NNODES", num(a.nnodes));

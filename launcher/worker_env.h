@@ -22,6 +22,7 @@ struct WorkerEnvInputs {
   std::string error_file;
   std::optional<int> omp_num_threads;  // set when cohortrun decides the value
   std::string agent_id;                // COHORT_AGENT_ID
+  std::string store_token_file;        // COHORT_STORE_TOKEN_FILE (JobPlan::store_token_file)
 };
 
 // "KEY=VALUE" entries: `base` with the worker's variables set over it.

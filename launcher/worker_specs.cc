@@ -120,6 +120,7 @@ GroupSpec make_group_spec(const JobPlan& plan, const EnvMap& env, const RankAssi
     in.error_file = w.error_file;
     in.omp_num_threads = plan.omp_threads;
     in.agent_id = agent_id;
+    in.store_token_file = plan.store_token_file;
     w.request.env = build_worker_env(env, in);
     for (const auto& [k, v] : restart_env) set_env(&w.request.env, k, v);
     if (!plan.command.interpreter.empty()) {

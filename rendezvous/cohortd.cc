@@ -67,6 +67,21 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
                  "handshake (0: no limit)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  double first_request_timeout_s = s.first_request_timeout.count() / 1000.0;
+  app.add_option("--first-request-timeout", first_request_timeout_s,
+                 "Seconds a connection that needs no token has to complete its first request; "
+                 "closed otherwise, unless a connection from its address has (PyTorch 1.13's "
+                 "silent callback connection) (0: no limit). Connections that have spoken are "
+                 "kept however long they stay idle")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  double idle_timeout_s = 0;
+  app.add_option("--idle-timeout", idle_timeout_s,
+                 "Close a connection with nothing parked (no WAIT, no watch) that sent nothing "
+                 "for this many seconds (0: never). Not for PyTorch's TCPStore clients: they stay "
+                 "silent for hours between requests and never reconnect")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--accept-log-damage", s.accept_log_damage,
                "With --data-dir: when store.log is damaged before its last record, keep what "
                "precedes the damage (the file is first copied aside) instead of refusing to start");
@@ -110,6 +125,9 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
   }
   s.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000));
   s.handshake_timeout = std::chrono::milliseconds(static_cast<int64_t>(handshake_timeout_s * 1000));
+  s.first_request_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(first_request_timeout_s * 1000));
+  s.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(idle_timeout_s * 1000));
   config->exit_when_idle = std::chrono::milliseconds(static_cast<int64_t>(exit_when_idle_s * 1000));
   try {
     s.fsync = parse_fsync_policy(fsync);
@@ -250,7 +268,8 @@ int run_cohortd(const CohortdConfig& config) {
   auto st = server.stats();
   if (uint64_t n = logging.take_dropped())
     log->warn("{} log lines were dropped: the log was not read fast enough", n);
-  log->info("stopped after {} connections", st.accepted);
+  log->info("stopped after {} connections ({} closed for never speaking or for --idle-timeout)",
+            st.accepted, st.closed_silent);
   return 0;
 }
 

@@ -170,6 +170,7 @@ bool ProtocolHandler::process() {
       }
       begin_ += kTagBytes + res.consumed;
       if (const std::string* cached = state_.cached_reply(tag_client, tag_request)) {
+        ++requests_;
         out_.append(*cached);  // a retry: the write already happened
         continue;
       }
@@ -223,6 +224,7 @@ bool ProtocolHandler::answer_wait(StoreState::WaitResult r) {
 }
 
 bool ProtocolHandler::dispatch(const Request& req) {
+  ++requests_;
   StoreState& st = state_;
   std::string* why = &close_reason_;
   switch (req.op) {
@@ -291,6 +293,7 @@ bool ProtocolHandler::dispatch(const Request& req) {
       return true;
     case Op::kWatchKey:
       st.watch(id_, req.keys[0]);
+      watching_ = true;
       put_u8(&out_, kWatchRegistered);
       return true;
     case Op::kDeleteKey:

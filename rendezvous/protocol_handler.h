@@ -54,6 +54,10 @@ class ProtocolHandler {
   const std::string& close_reason() const { return close_reason_; }
   // True once the token handshake is done, or when none was needed.
   bool authenticated() const { return auth_state_ == AuthState::kDone && !liveness_only_; }
+  // Requests executed so far (the token handshake is not one).
+  uint64_t requests() const { return requests_; }
+  // True once a 1.13 WATCH_KEY registered a watch: the connection waits for notifications.
+  bool watching() const { return watching_; }
   // True when the connection was closed for lack of (valid) authentication.
   bool refused_unauthenticated() const { return refused_unauthenticated_; }
 
@@ -97,6 +101,8 @@ class ProtocolHandler {
   bool dialect_known_ = false;
   Dialect dialect_ = Dialect::kLegacy;
   bool waiting_ = false;
+  bool watching_ = false;
+  uint64_t requests_ = 0;
   std::string close_reason_;
   Request req_;
 };

@@ -113,6 +113,11 @@ class StoreServer::Impl final : public SessionHost,
     if (it != sessions_.end()) {
       auto count = per_address_.find(it->second->address());
       if (count != per_address_.end() && --count->second == 0) per_address_.erase(count);
+      if (it->second->spoke()) {
+        auto spoken = spoken_per_address_.find(it->second->address());
+        if (spoken != spoken_per_address_.end() && --spoken->second == 0)
+          spoken_per_address_.erase(spoken);
+      }
       sessions_.erase(it);
     }
     if (unauthenticated) {
@@ -132,6 +137,27 @@ class StoreServer::Impl final : public SessionHost,
     }
   }
   void count_memory_close() override { ++stats_.closed_for_memory; }
+  void count_silent_close() override { ++stats_.closed_silent; }
+  bool address_has_spoken(const std::string& address) const override {
+    return spoken_per_address_.contains(address);
+  }
+  void on_session_spoke(const std::string& address) override { ++spoken_per_address_[address]; }
+  void log_timeout_close(const std::string& peer, const std::string& reason) override {
+    ++timeout_closes_unlogged_;
+    // A flood of thousands is closed at once: a line a second says how many.
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_timeout_log_ < std::chrono::seconds(1)) return;
+    if (timeout_closes_unlogged_ == 1) {
+      log_->warn("closing connection from {}: {}", peer, reason);
+    } else {
+      log_->warn(
+          "closing connection from {}: {} (and {} more closed at a timeout since the "
+          "last such line)",
+          peer, reason, timeout_closes_unlogged_ - 1);
+    }
+    timeout_closes_unlogged_ = 0;
+    last_timeout_log_ = now;
+  }
 
   // StoreListener
   void on_wait_satisfied(SessionId id) override {
@@ -283,11 +309,14 @@ class StoreServer::Impl final : public SessionHost,
   bool stopped_ = false;
   SessionId next_id_ = 1;
   std::unordered_map<SessionId, std::shared_ptr<Session>> sessions_;
-  std::unordered_map<std::string, size_t> per_address_;  // open sessions by client address
+  std::unordered_map<std::string, size_t> per_address_;         // open sessions by client address
+  std::unordered_map<std::string, size_t> spoken_per_address_;  // of which have spoken
   StoreServerStats stats_;
   uint64_t connection_bytes_ = 0;  // sum of every session's footprint()
   bool budget_check_posted_ = false;
   std::chrono::steady_clock::time_point last_refusal_log_{};
+  std::chrono::steady_clock::time_point last_timeout_log_{};
+  uint64_t timeout_closes_unlogged_ = 0;  // timeout closes since the last line about them
 };
 
 StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options)

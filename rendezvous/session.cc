@@ -18,23 +18,65 @@ Session::Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, 
       socket_(std::move(socket)),
       partial_timer_(socket_.get_executor()),
       handshake_timer_(socket_.get_executor()),
+      idle_timer_(socket_.get_executor()),
+      last_read_(std::chrono::steady_clock::now()),
       id_(id),
       peer_(std::move(peer)),
       address_(std::move(address)),
+      must_authenticate_(must_authenticate),
       handler_(host.state(), host.options(), id, must_authenticate) {}
 
 void Session::start() {
-  const auto limit = host_.options().handshake_timeout;
-  if (!handler_.authenticated() && limit.count() > 0) {
+  // Whoever must authenticate has --handshake-timeout for the handshake; whoever need not,
+  // --first-request-timeout for a first request. A connection that never speaks holds a
+  // descriptor and a slot for nothing.
+  const auto& o = host_.options();
+  const auto limit = must_authenticate_ ? o.handshake_timeout : o.first_request_timeout;
+  if (limit.count() > 0) {
     handshake_timer_.expires_after(limit);
     handshake_timer_.async_wait([self = shared_from_this(), limit](std::error_code ec) {
-      if (ec || self->closed_ || self->handler_.authenticated()) return;
-      self->close("token handshake not completed within --handshake-timeout (" +
-                      std::to_string(limit.count()) + " ms)",
-                  true, /*unauthenticated=*/true);
+      if (ec || self->closed_) return;
+      const std::string ms = " (" + std::to_string(limit.count()) + " ms)";
+      if (self->must_authenticate_) {
+        if (self->handler_.authenticated()) return;
+        self->host_.log_timeout_close(
+            self->peer_, "token handshake not completed within --handshake-timeout" + ms);
+        self->close({}, true, /*unauthenticated=*/true);
+        return;
+      }
+      // Kept when a connection from the same address has spoken: PyTorch 1.13's TCPStore opens
+      // a second connection beside its first that stays silent unless watch_key is called, and
+      // its thread spins on a core if that connection is closed.
+      if (self->handler_.requests() > 0 || self->host_.address_has_spoken(self->address_)) return;
+      self->host_.log_timeout_close(self->peer_,
+                                    "no request completed within --first-request-timeout" + ms);
+      self->host_.count_silent_close();
+      self->close({}, false);
     });
   }
+  if (o.idle_timeout.count() > 0) arm_idle_timer(o.idle_timeout);
   do_read();
+}
+
+void Session::arm_idle_timer(std::chrono::steady_clock::duration after) {
+  idle_timer_.expires_after(after);
+  idle_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+    if (ec || self->closed_) return;
+    const auto idle = self->host_.options().idle_timeout;
+    const auto silent = std::chrono::steady_clock::now() - self->last_read_;
+    // A parked WAIT, a 1.13 watcher, or bytes still to send or execute: not idle, however quiet.
+    const bool parked = self->handler_.waiting() || self->handler_.watching() ||
+                        self->handler_.has_input() || self->unsent() > 0;
+    if (!parked && silent >= idle) {
+      self->host_.log_timeout_close(self->peer_, "nothing received for --idle-timeout (" +
+                                                     std::to_string(idle.count()) +
+                                                     " ms) and nothing parked");
+      self->host_.count_silent_close();
+      self->close({}, false);
+      return;
+    }
+    self->arm_idle_timer(parked ? std::chrono::steady_clock::duration(idle) : idle - silent);
+  });
 }
 
 void Session::stop() {
@@ -44,6 +86,7 @@ void Session::stop() {
   accounted_ = 0;
   partial_timer_.cancel();
   handshake_timer_.cancel();
+  idle_timer_.cancel();
   std::error_code ignored;
   socket_.close(ignored);
 }
@@ -113,6 +156,7 @@ void Session::on_read(std::error_code ec, size_t n) {
     }
     return;
   }
+  if (host_.options().idle_timeout.count() > 0) last_read_ = std::chrono::steady_clock::now();
   handler_.commit(n);
   process();
   do_read();
@@ -125,6 +169,10 @@ void Session::process() {
   if (!handler_.process()) {
     close(handler_.close_reason(), true);
     return;
+  }
+  if (!spoke_ && (must_authenticate_ ? handler_.authenticated() : handler_.requests() > 0)) {
+    spoke_ = true;
+    host_.on_session_spoke(address_);
   }
   watch_partial_request();
   flush();
@@ -214,6 +262,7 @@ void Session::close(const std::string& reason, bool for_limit, bool unauthentica
   accounted_ = 0;
   partial_timer_.cancel();
   handshake_timer_.cancel();
+  idle_timer_.cancel();
   std::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);

@@ -8,6 +8,7 @@
 
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -36,6 +37,14 @@ class SessionHost {
   virtual void charge(int64_t delta) = 0;
   // A session closes itself for --max-unsent-bytes (counted in the stats).
   virtual void count_memory_close() = 0;
+  // A session closes itself for --first-request-timeout or --idle-timeout (counted in the stats).
+  virtual void count_silent_close() = 0;
+  // Logs a timeout's close: at most a line a second, however many a flood brings at once.
+  virtual void log_timeout_close(const std::string& peer, const std::string& reason) = 0;
+  // Whether an open connection from `address` has spoken (see Session::spoke()).
+  virtual bool address_has_spoken(const std::string& address) const = 0;
+  // The session has just spoken for the first time.
+  virtual void on_session_spoke(const std::string& address) = 0;
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -46,6 +55,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // The client's address, without the port ("" when unknown).
   const std::string& address() const { return address_; }
+  // Whether the client has completed the token handshake (where one is required) or else a
+  // request.
+  bool spoke() const { return spoke_; }
 
   void start();
   // Closes the connection without a log line (server shutdown).
@@ -75,15 +87,20 @@ class Session : public std::enable_shared_from_this<Session> {
   void account();
   // Arms the --request-timeout timer while half a request is buffered, disarms it otherwise.
   void watch_partial_request();
+  // --idle-timeout: checks silence `after` from now (and again until the connection closes).
+  void arm_idle_timer(std::chrono::steady_clock::duration after);
 
   SessionHost& host_;
   asio::ip::tcp::socket socket_;
   asio::steady_timer partial_timer_;
-  asio::steady_timer handshake_timer_;
+  asio::steady_timer handshake_timer_;  // --handshake-timeout or --first-request-timeout
+  asio::steady_timer idle_timer_;
+  std::chrono::steady_clock::time_point last_read_;
   bool partial_armed_ = false;
   const SessionId id_;
   const std::string peer_;
   const std::string address_;
+  const bool must_authenticate_;
   ProtocolHandler handler_;
   std::string writing_;  // the buffer of the write in flight
   bool write_in_flight_ = false;
@@ -92,7 +109,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool flush_posted_ = false;
   bool closed_ = false;
   bool overflowed_ = false;  // past --max-unsent-bytes: closing, further bytes dropped
-  size_t accounted_ = 0;     // footprint() as last charged to the host
+  bool spoke_ = false;
+  size_t accounted_ = 0;  // footprint() as last charged to the host
 };
 
 }  // namespace cohort::rdzv

@@ -5,11 +5,17 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <limits>
+#include <mutex>
+#include <optional>
+#include <sstream>
 #include <string_view>
 
 #include "cohort/base/parse.h"
 
+#include "cohort/rdzv/auth.h"
 #include "cohort/rdzv/memory_store.h"
 #include "cohort/rdzv/prefix_store.h"
 #include "cohort/rdzv/server.h"
@@ -219,8 +225,73 @@ Context::Context(Context&&) noexcept = default;
 Context& Context::operator=(Context&&) noexcept = default;
 Context::~Context() = default;
 
+namespace {
+
+std::mutex g_token_mu;
+// The token this process took out of its environment (from_env()), for later Contexts.
+std::optional<std::string> g_consumed_token;
+
+// [start, end) of the environment block the kernel gave this process, which /proc/self/environ
+// shows (fields 50 and 51 of /proc/self/stat); {0, 0} when unknown.
+std::pair<uintptr_t, uintptr_t> initial_environment_block() {
+  std::ifstream f("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t at = stat.rfind(')');  // the command name may hold spaces; the fields follow it
+  if (at == std::string::npos) return {0, 0};
+  std::istringstream fields(stat.substr(at + 2));  // from field 3 on
+  std::string field;
+  uintptr_t start = 0, end = 0;
+  for (int n = 3; n <= 51 && fields >> field; ++n) {
+    if (n == 50) start = std::strtoull(field.c_str(), nullptr, 10);
+    if (n == 51) end = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return {start, end};
+}
+
+// Unsets `name`; when its value lies in the initial environment block, overwrites it there first,
+// so that /proc/self/environ no longer shows it either. (Anywhere else, the value came from
+// setenv or putenv, which /proc/self/environ never shows, and may be read-only.)
+void scrub_env(const char* name) {
+  if (char* value = std::getenv(name); value != nullptr) {
+    const size_t n = std::strlen(value);
+    auto [start, end] = initial_environment_block();
+    const auto at = reinterpret_cast<uintptr_t>(value);
+    if (start != 0 && at >= start && at + n <= end) std::memset(value, 0, n);
+  }
+  ::unsetenv(name);
+}
+
+}  // namespace
+
+std::string store_token_from(const EnvMap& env) {
+  if (const std::string* file = find(env, "COHORT_STORE_TOKEN_FILE"); file && !file->empty()) {
+    try {
+      return auth::read_token_file(*file);
+    } catch (const std::exception& e) {
+      throw UsageError(std::string("cohort: environment variable COHORT_STORE_TOKEN_FILE='") +
+                       *file + "': " + e.what());
+    }
+  }
+  const std::string* token = find(env, "COHORT_STORE_TOKEN");
+  return token ? *token : std::string();
+}
+
 Context Context::from_env() {
-  return from_env(current_env());
+  EnvMap env = current_env();
+  {
+    // The token is taken out of the environment, so that what this worker starts (data loader
+    // processes, shells, other programs) does not inherit it; a later Context of this process
+    // still has it.
+    std::lock_guard lock(g_token_mu);
+    if (env.contains("COHORT_STORE_TOKEN_FILE") || env.contains("COHORT_STORE_TOKEN")) {
+      g_consumed_token = store_token_from(env);
+      scrub_env("COHORT_STORE_TOKEN");
+      ::unsetenv("COHORT_STORE_TOKEN_FILE");
+    }
+    env.erase("COHORT_STORE_TOKEN_FILE");
+    if (g_consumed_token) env["COHORT_STORE_TOKEN"] = *g_consumed_token;
+  }
+  return from_env(env);
 }
 
 Context Context::from_env(const EnvMap& env) {
@@ -229,9 +300,8 @@ Context Context::from_env(const EnvMap& env) {
     auto store = std::make_shared<MemoryStore>(id.timeout);
     return from_store(std::move(id), std::move(store));
   }
-  // cohortrun --auth-token-file hands the store's token to its workers.
-  auto token_it = env.find("COHORT_STORE_TOKEN");
-  const std::string token = token_it == env.end() ? std::string() : token_it->second;
+  // cohortrun --auth-token-file hands the store's token to its workers (in a file).
+  const std::string token = store_token_from(env);
   std::shared_ptr<void> server;
   if (id.rank0_hosts_store && id.rank == 0) {
     rdzv::StoreServerOptions so;

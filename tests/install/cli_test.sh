@@ -38,6 +38,8 @@ usage_errors=(
   "cohortd|--port abc|--port"
   "cohortd|--port 70000|--port"
   "cohortd|--handshake-timeout -1|--handshake-timeout"
+  "cohortd|--first-request-timeout -1|--first-request-timeout"
+  "cohortd|--idle-timeout -1|--idle-timeout"
   "cohortd|--fsync sometimes|--fsync"
   "cohortd|--allow-unauthenticated-from 10.0.0.0/8|--allow-unauthenticated-from"
   "cohortd|--config $work/missing.toml|missing.toml"

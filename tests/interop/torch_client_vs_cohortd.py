@@ -141,6 +141,20 @@ class TorchClientAgainstCohortd(unittest.TestCase):
         self.assertEqual(s.get("k1"), b"v")
         other.barrier("late", 2, datetime.timedelta(seconds=1))
 
+    def test_a_client_outlives_the_first_request_timeout_without_spinning(self):
+        # Each 1.13 TCPStore opens a second connection, watch_key's, that says nothing otherwise;
+        # were cohortd to close it at --first-request-timeout, 1.13's callback thread would spin
+        # on a core for the rest of the job. cohortd keeps it beside the connection that spoke.
+        with Cohortd(COHORTD, "--first-request-timeout", "0.5") as server:
+            s = client(server.port)
+            s.set("k", "v")
+            cpu = time.process_time()
+            time.sleep(1.5)
+            self.assertLess(time.process_time() - cpu, 0.2, "the client spun while idle")
+            self.assertEqual(s.get("k"), b"v")
+            server.log.seek(0)
+            self.assertNotIn("--first-request-timeout", server.log.read())
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

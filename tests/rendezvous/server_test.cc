@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -363,6 +364,77 @@ TEST(StoreServer, AHandshakeNeverFinishedIsClosedAtItsTimeout) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
   EXPECT_TRUE(eventually([&] { return server.stats().refused_unauthenticated == 2; }));
   EXPECT_TRUE(eventually([&] { return server.stats().connections == 0; }));
+}
+
+TEST(StoreServer, WithoutATokenAConnectionThatNeverSpeaksIsClosedAtTheFirstRequestTimeout) {
+  StoreServerOptions o = local();
+  o.first_request_timeout = 300ms;
+  StoreServerThread server(o);
+  const auto start = std::chrono::steady_clock::now();
+  RawClient silent(server.port());
+  EXPECT_TRUE(silent.closed_by_peer());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
+  EXPECT_TRUE(eventually([&] { return server.stats().closed_silent == 1; }));
+  RawClient spoke(server.port());
+  spoke.send(unhex("06"));  // GETNUMKEYS, 1.13 dialect
+  ASSERT_TRUE(spoke.read(8));
+  // The one that spoke is kept, idle as PyTorch's clients are, past the deadline.
+  EXPECT_FALSE(spoke.closed_by_peer(400ms));
+  spoke.send(unhex("06"));
+  EXPECT_TRUE(spoke.read(8));
+  EXPECT_EQ(server.stats().connections, 1u);
+  EXPECT_EQ(server.stats().closed_silent, 1u);
+}
+
+// PyTorch 1.13's TCPStore opens a second connection beside its first that stays silent unless
+// watch_key is called (its thread spins on a core once that connection is closed): a silent
+// connection from an address that holds one that spoke is kept.
+TEST(StoreServer, ASilentConnectionBesideOneThatSpokeIsKept) {
+  StoreServerOptions o = local();
+  o.first_request_timeout = 300ms;
+  StoreServerThread server(o);
+  RawClient main(server.port());
+  main.send(unhex("03") + S("init/") + unhex("0100000000000000"));  // 1.13's ADD init/ 1
+  ASSERT_TRUE(main.read(8));
+  RawClient callback(server.port());  // silent
+  EXPECT_FALSE(callback.closed_by_peer(600ms));
+  callback.send(unhex("07") + S("/w"));  // watch_key, much later
+  EXPECT_EQ(hex(*callback.read(1)), "03");
+  EXPECT_EQ(server.stats().closed_silent, 0u);
+  EXPECT_EQ(server.stats().connections, 2u);
+}
+
+TEST(StoreServer, IdleTimeoutClosesQuietConnectionsWithNothingParked) {
+  StoreServerOptions o = local();
+  o.idle_timeout = 300ms;
+  StoreServerThread server(o);
+  RawClient idle(server.port());
+  idle.send(unhex("06"));
+  ASSERT_TRUE(idle.read(8));
+  const auto spoke = std::chrono::steady_clock::now();
+  RawClient waiter(server.port());
+  waiter.send(unhex("05 0100000000000000") + S("/later"));  // a WAIT, parked
+  RawClient watcher(server.port());
+  watcher.send(unhex("07") + S("/w"));  // 1.13 WATCH_KEY
+  EXPECT_EQ(hex(*watcher.read(1)), "03");
+  RawClient chatty(server.port());
+  // A client that speaks every 100 ms is never idle for 300 ms; the idle one goes meanwhile.
+  std::optional<std::chrono::steady_clock::time_point> idle_closed;
+  while (std::chrono::steady_clock::now() - spoke < 800ms) {
+    chatty.send(unhex("06"));
+    ASSERT_TRUE(chatty.read(8));
+    if (!idle_closed && idle.closed_by_peer(100ms)) idle_closed = std::chrono::steady_clock::now();
+  }
+  ASSERT_TRUE(idle_closed || idle.closed_by_peer());
+  if (idle_closed) {
+    EXPECT_GE(*idle_closed - spoke, 300ms);
+  }
+  EXPECT_EQ(server.stats().closed_silent, 1u);
+  // The parked WAIT and the watcher stayed, and still work.
+  RawClient setter(server.port());
+  setter.send(unhex("00") + S("/later") + S("x") + unhex("00") + S("/w") + S("y"));
+  EXPECT_EQ(hex(*waiter.read(1)), "00");  // STOP_WAITING
+  EXPECT_TRUE(watcher.read(1 + 8 + 2 + 8 + 8 + 1));
 }
 
 TEST(StoreServer, FiveThousandSimultaneousClients) {

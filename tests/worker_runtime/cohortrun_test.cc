@@ -7,6 +7,9 @@
 // --rdzv-id, --no-python.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <cstdio>
 #include <fstream>
 
 #include "process_harness.h"
@@ -45,14 +48,32 @@ int count(const std::string& s, const std::string& needle) {
   return n;
 }
 
+// The token reaches each worker in a file only the job's user can read (never in the
+// environment), libcohort takes the variable away so that the workers' children do not inherit
+// it, and the file is gone once cohortrun exits. A token the user exported is not passed on.
 TEST(UnderCohortrun, WorkersPresentTheStoreTokenOfAProtectedStore) {
   if (!have_cohortrun()) GTEST_SKIP() << COHORT_COHORTRUN << " is not built yet";
   TempDir dir;
   const std::string token = dir.path() + "/token";
   std::ofstream(token) << "job-secret-of-16-bytes-or-more\n";
-  LauncherRun r =
-      cohortrun({"--nproc-per-node=2", "--auth-token-file", token}, "collectives", {}, dir);
+  ::chmod(token.c_str(), 0600);
+  LauncherRun r = cohortrun({"--nproc-per-node=2", "--auth-token-file", token}, "token-env",
+                            {{"COHORT_STORE_TOKEN", "a-stale-token-from-the-user"}}, dir);
   EXPECT_TRUE(r.child.exited_with(0)) << r.out;
+  EXPECT_EQ(count(r.out, "CLEAN rank"), 2) << r.out;
+  EXPECT_EQ(count(r.out, "OK rank"), 2) << r.out;  // and authenticated: collectives ran
+  std::vector<std::string> files;
+  for (size_t at = r.out.find("TOKEN_FILE "); at != std::string::npos;
+       at = r.out.find("TOKEN_FILE ", at + 1)) {
+    char path[4096];
+    unsigned mode = 0;
+    ASSERT_EQ(std::sscanf(r.out.c_str() + at, "TOKEN_FILE %4095s MODE %o", path, &mode), 2);
+    EXPECT_EQ(mode, 0600u) << path;
+    files.push_back(path);
+  }
+  ASSERT_EQ(files.size(), 2u) << r.out;
+  EXPECT_EQ(files[0], files[1]);
+  EXPECT_NE(::access(files[0].c_str(), F_OK), 0) << files[0] << " outlived cohortrun";
 }
 
 TEST(UnderCohortrun, KilledPeerMakesTheGroupRestart) {

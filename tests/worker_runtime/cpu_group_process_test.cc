@@ -216,6 +216,30 @@ TEST(DirectLaunch, RankZeroHostsTheStore) {
   }
 }
 
+// A token set by hand (COHORT_STORE_TOKEN): rank 0's store requires it, both ranks present it,
+// and neither keeps it in its environment (nor in /proc/self/environ) for its children.
+TEST(DirectLaunch, AHandSetTokenProtectsTheStoreAndLeavesTheEnvironment) {
+  const std::string port = std::to_string(cohort::testing::free_port());
+  TempDir dir;
+  std::vector<Child> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(spawn({COHORT_TEST_WORKER, "token-env"},
+                          {{"RANK", std::to_string(r)},
+                           {"LOCAL_RANK", std::to_string(r)},
+                           {"WORLD_SIZE", "2"},
+                           {"MASTER_ADDR", "127.0.0.1"},
+                           {"MASTER_PORT", port},
+                           {"COHORT_STORE_TOKEN", "hand-set-secret-0123456789"},
+                           {"COHORT_TIMEOUT_S", "60"}},
+                          dir.path(), "rank" + std::to_string(r)));
+  }
+  for (auto& c : ranks) {
+    ASSERT_TRUE(wait_child(c, Clock::now() + seconds(120)));
+    EXPECT_TRUE(c.exited_with(0)) << c.stderr_text();
+    EXPECT_NE(c.stdout_text().find("CLEAN rank"), std::string::npos) << c.stdout_text();
+  }
+}
+
 TEST(ErrorFile, UncaughtExceptionIsWrittenInTorchrunFormat) {
   TempDir dir;
   const std::string file = dir.path() + "/error.json";

@@ -10,6 +10,11 @@
 //   segv          dereferences a null pointer (error file through the signal handler)
 //   wait-go       rank $COHORT_TEST_WAITER waits for the file $COHORT_TEST_GO before creating
 //                 its group; then one allreduce (tests of peers that die during setup)
+//   token-env     notes the store token it was given (COHORT_STORE_TOKEN_FILE's contents, else
+//                 COHORT_STORE_TOKEN), then checks that after Context::from_env() neither its
+//                 environment, nor /proc/self/environ, nor a grandchild's /proc/self/environ holds
+//                 the token or its variables; prints "TOKEN_FILE <path> MODE <octal>" and
+//                 "CLEAN rank <r>", then runs `collectives` (the store still authenticates it)
 //
 // On a restart (TORCHELASTIC_RESTART_COUNT > 0) kill/hang have no victim, so a launcher that
 // restarts the group sees the job succeed. Env knobs: COHORT_TEST_SHM=0 (TCP only),
@@ -122,12 +127,75 @@ int run_wait_go(cohort::Context& ctx) {
   return 0;
 }
 
+std::string slurp(std::FILE* f) {
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) out.append(buf, n);
+  return out;
+}
+
+std::string file_text(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return {};
+  std::string out = slurp(f);
+  std::fclose(f);
+  return out;
+}
+
+// The token as a worker is given it, before Context::from_env() takes it away.
+struct GivenToken {
+  std::string file;  // COHORT_STORE_TOKEN_FILE, "" when unset
+  std::string token;
+};
+
+GivenToken given_token() {
+  GivenToken g;
+  if (const char* f = std::getenv("COHORT_STORE_TOKEN_FILE")) {
+    g.file = f;
+    g.token = file_text(f);
+    while (!g.token.empty() && (g.token.back() == '\n' || g.token.back() == '\r'))
+      g.token.pop_back();
+  } else if (const char* t = std::getenv("COHORT_STORE_TOKEN")) {
+    g.token = t;
+  }
+  return g;
+}
+
+int run_token_env(cohort::Context& ctx, const GivenToken& given) {
+  std::vector<std::string> leaks;
+  if (given.token.empty()) leaks.push_back("no token was given");
+  for (const char* var : {"COHORT_STORE_TOKEN", "COHORT_STORE_TOKEN_FILE"})
+    if (std::getenv(var) != nullptr) leaks.push_back(std::string(var) + " is still set");
+  const std::string own = file_text("/proc/self/environ");
+  if (own.empty()) leaks.push_back("cannot read /proc/self/environ");
+  if (!given.token.empty() && own.find(given.token) != std::string::npos)
+    leaks.push_back("the token is in /proc/self/environ");
+  // A grandchild: the shell popen starts, and the cat it starts, read their own environment.
+  std::FILE* p = ::popen("cat /proc/self/environ", "r");
+  const std::string child = p ? slurp(p) : std::string();
+  if (p == nullptr || ::pclose(p) != 0 || child.empty()) leaks.push_back("no grandchild");
+  if (child.find("COHORT_STORE_TOKEN") != std::string::npos)
+    leaks.push_back("a grandchild inherited a COHORT_STORE_TOKEN variable");
+  if (!given.token.empty() && child.find(given.token) != std::string::npos)
+    leaks.push_back("a grandchild inherited the token");
+  for (const auto& l : leaks) std::fprintf(stderr, "LEAK rank %d: %s\n", ctx.rank(), l.c_str());
+  if (!leaks.empty()) return 1;
+  struct stat st {};
+  if (!given.file.empty() && ::stat(given.file.c_str(), &st) == 0) {
+    std::printf("TOKEN_FILE %s MODE %o\n", given.file.c_str(),
+                static_cast<unsigned>(st.st_mode & 07777));
+  }
+  std::printf("CLEAN rank %d\n", ctx.rank());
+  std::fflush(stdout);
+  return run_collectives(ctx);
+}
+
 }  // namespace
 
 // Not in the anonymous namespace: the error-file tests look for this frame by name.
 int worker_main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s collectives|kill|hang|throw|segv|wait-go\n", argv[0]);
+    std::fprintf(stderr, "usage: %s collectives|kill|hang|throw|segv|wait-go|token-env\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -136,7 +204,9 @@ int worker_main(int argc, char** argv) {
     volatile int* p = nullptr;
     *p = 1;
   }
+  const GivenToken given = given_token();
   cohort::Context ctx = cohort::Context::from_env();
+  if (mode == "token-env") return run_token_env(ctx, given);
   if (mode == "collectives") return run_collectives(ctx);
   if (mode == "kill") return run_victim(ctx, false);
   if (mode == "hang") return run_victim(ctx, true);

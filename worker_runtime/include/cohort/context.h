@@ -6,7 +6,12 @@
 //   Slurm direct launch:  SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, ... ;
 //   Open MPI:             OMPI_COMM_WORLD_RANK, _LOCAL_RANK, _SIZE, _LOCAL_SIZE.
 // A missing or malformed variable throws cohort::UsageError naming it and what to set.
-// COHORT_STORE_TOKEN (set by cohortrun --auth-token-file) is presented to a token-protected store.
+// The token of a token-protected store: read from the file COHORT_STORE_TOKEN_FILE names (what
+// cohortrun --auth-token-file sets: a file only the job's user can read, removed when cohortrun
+// exits), else taken from COHORT_STORE_TOKEN (for launches of one's own). from_env() takes both
+// variables out of the process's environment (the value of COHORT_STORE_TOKEN also out of
+// /proc/self/environ), so that processes the worker starts do not inherit the token; later
+// Contexts of the same process still use it.
 //
 // store() is namespaced by run id and restart count ("cohort/<run_id>/<restart>/"), so stale
 // attempts and co-located jobs never mix; root_store() is the raw store.
@@ -59,9 +64,14 @@ struct WorkerIdentity {
   static WorkerIdentity parse(const EnvMap& env);
 };
 
+// The store token `env` gives (see above): the contents of COHORT_STORE_TOKEN_FILE, else
+// COHORT_STORE_TOKEN, else "". Throws UsageError naming the variable when the file cannot be read.
+std::string store_token_from(const EnvMap& env);
+
 class Context {
  public:
-  // Parses the environment and connects to the store at MASTER_ADDR:MASTER_PORT.
+  // Parses the environment and connects to the store at MASTER_ADDR:MASTER_PORT. Takes the
+  // store token's variables out of the environment (see above).
   static Context from_env();
   static Context from_env(const EnvMap& env);
   // A Context over an existing store (tests, embedders); `root` is shared, not copied.

@@ -56,9 +56,21 @@ struct StoreServerOptions {
   std::string auth_token;
   std::vector<auth::Cidr> allow_unauthenticated;
   // A connection that must authenticate and has not within this time is closed (0: no limit).
-  // Connections with nothing to do are kept otherwise: PyTorch's clients hold theirs idle for a
-  // whole job and do not reconnect.
   std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
+  // A connection that need not authenticate and has completed no request within this time is
+  // closed with a log line (0: no limit): connections that never speak cannot hold descriptors
+  // and connection slots for ever. Connections that have spoken are kept however long they stay
+  // idle (see idle_timeout): PyTorch's clients hold theirs idle for a whole job and do not
+  // reconnect. A silent connection is also kept while another connection from its address has
+  // spoken: PyTorch 1.13's TCPStore opens a callback connection beside its first one that stays
+  // silent unless watch_key is called, and its callback thread spins on a core once that
+  // connection is closed.
+  std::chrono::milliseconds first_request_timeout{std::chrono::seconds(30)};
+  // A connection with nothing parked (no WAIT, no 1.13 watch, nothing unsent or buffered) from
+  // which nothing has been read for this long is closed (0, the default: never). Only for stores
+  // whose clients reconnect: PyTorch's TCPStore clients stay silent for hours between requests
+  // and never reconnect, so a job of theirs would fail at its next store request.
+  std::chrono::milliseconds idle_timeout{0};
   // Persistence: keys, counters and tagged replies survive a restart with the same directory.
   // Empty: in memory only.
   std::string data_dir;
@@ -77,7 +89,9 @@ struct StoreServerStats {
                                          // counted in closed_for_limit)
   uint64_t connection_bytes = 0;         // unsent and buffered, all connections, now
   uint64_t refused_unauthenticated = 0;  // no token, or a wrong one
-  size_t replayed_records = 0;           // from the data directory at start-up
+  // Closed at first_request_timeout or at idle_timeout.
+  uint64_t closed_silent = 0;
+  size_t replayed_records = 0;  // from the data directory at start-up
   size_t parked_waits = 0;
   int64_t keys = 0;
 };
