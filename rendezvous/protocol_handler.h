@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cohort/rdzv/codec.h"
-#include "cohort/rdzv/server.h"
+#include "cohort/rdzv/server_options.h"
 #include "store_state.h"
 
 namespace cohort::rdzv {

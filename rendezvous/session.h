@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "cohort/rdzv/server.h"
+#include "cohort/rdzv/server_options.h"
 #include "protocol_handler.h"
 #include "store_state.h"
 

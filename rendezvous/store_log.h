@@ -24,7 +24,7 @@
 #include <memory>
 #include <string>
 
-#include "cohort/rdzv/server.h"
+#include "cohort/rdzv/server_options.h"
 #include "store_state.h"
 
 namespace cohort::rdzv {
