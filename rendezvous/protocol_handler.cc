@@ -124,7 +124,7 @@ bool ProtocolHandler::process() {
     }
     if (waiting_ && dialect_ == Dialect::kCurrent) {
       auto op = op_from_wire(dialect_, pending[0]);
-      if (!op || *op != Op::kCancelWait) break;  // held until the wait ends
+      if (!op || !command_info(*op).has(kWhileWaiting)) break;  // held until the wait ends
     }
     // Backpressure: resumes when the client reads its replies.
     if (out_.size() + unsent_elsewhere_ >= options_.max_unsent_bytes) break;
@@ -157,14 +157,12 @@ bool ProtocolHandler::process() {
       state_.cancel_wait(id_);
       waiting_ = false;
     }
-    if (liveness_only_ && req_.op != Op::kValidate && req_.op != Op::kPing) {
+    if (liveness_only_ && !command_info(req_.op).has(kLiveness)) {
       refuse_unauthenticated();
       return false;
     }
     if (tagged) {
-      static constexpr Op kWrites[] = {Op::kSet,       Op::kCompareSet, Op::kAdd,
-                                       Op::kDeleteKey, Op::kAppend,     Op::kMultiSet};
-      if (std::find(std::begin(kWrites), std::end(kWrites), req_.op) == std::end(kWrites)) {
+      if (!command_info(req_.op).has(kTaggable)) {
         close_reason_ = "a tagged request must be a write, not " + std::string(op_name(req_.op));
         return false;
       }

@@ -189,6 +189,35 @@ TEST(Codec, BothNumberingsMapTheSameCommands) {
   EXPECT_FALSE(wire_from_op(Dialect::kCurrent, Op::kWatchKey));
 }
 
+TEST(Codec, CommandTableFlags) {
+  // What the server relies on: exactly these writes may be tagged (their retries answered from
+  // the cache), only VALIDATE and PING are answered before authentication, only CANCEL_WAIT runs
+  // behind a parked WAIT.
+  std::vector<Op> taggable, liveness, while_waiting, blocking;
+  for (int i = 0; i <= static_cast<int>(Op::kBarrier); ++i) {
+    const CommandInfo& c = command_info(static_cast<Op>(i));
+    EXPECT_EQ(c.op, static_cast<Op>(i));
+    EXPECT_EQ(c.name, op_name(c.op));
+    if (c.has(kTaggable)) {
+      taggable.push_back(c.op);
+      EXPECT_TRUE(c.has(kMutates)) << c.name;
+    }
+    if (c.has(kLiveness)) liveness.push_back(c.op);
+    if (c.has(kWhileWaiting)) while_waiting.push_back(c.op);
+    if (c.has(kMayBlock)) blocking.push_back(c.op);
+  }
+  EXPECT_EQ(taggable, (std::vector<Op>{Op::kSet, Op::kCompareSet, Op::kAdd, Op::kDeleteKey,
+                                       Op::kAppend, Op::kMultiSet}));
+  EXPECT_EQ(liveness, (std::vector<Op>{Op::kValidate, Op::kPing}));
+  EXPECT_EQ(while_waiting, (std::vector<Op>{Op::kCancelWait}));
+  EXPECT_EQ(blocking, (std::vector<Op>{Op::kWait, Op::kBarrier}));
+  EXPECT_TRUE(command_info(Op::kWatchKey).in_dialect(Dialect::kLegacy));
+  EXPECT_FALSE(command_info(Op::kWatchKey).in_dialect(Dialect::kCurrent));
+  EXPECT_FALSE(command_info(Op::kMultiGet).in_dialect(Dialect::kLegacy));
+  EXPECT_EQ(command_info(Op::kGet).reply, ReplyShape::kBytes);
+  EXPECT_EQ(command_info(Op::kSet).reply, ReplyShape::kNone);
+}
+
 TEST(Codec, CurrentDialectRoundTripsEveryCommand) {
   for (int opcode = 0; opcode <= 18; ++opcode) {
     auto op = op_from_wire(Dialect::kCurrent, static_cast<uint8_t>(opcode));
