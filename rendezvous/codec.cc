@@ -248,4 +248,103 @@ void encode_request(Dialect d, const Request& req, std::string* out) {
   }
 }
 
+void encode_reply(const Reply& reply, std::string* out) {
+  switch (row(reply.op).reply) {
+    case ReplyShape::kNone:
+      break;
+    case ReplyShape::kU8:
+      put_u8(out, reply.code);
+      break;
+    case ReplyShape::kU32:
+      put_u32(out, reply.u32);
+      break;
+    case ReplyShape::kI64:
+      put_i64(out, reply.number);
+      break;
+    case ReplyShape::kBytes:
+      put_bytes(out, reply.values.at(0));
+      break;
+    case ReplyShape::kBytesPerKey:
+      for (std::string_view v : reply.values) put_bytes(out, v);
+      break;
+    case ReplyShape::kCountedList:
+      put_i64(out, reply.number);
+      for (std::string_view v : reply.values) put_bytes(out, v);
+      break;
+    case ReplyShape::kQueueItem:
+      put_i64(out, reply.number);
+      if (reply.number > 0) put_bytes(out, reply.values.at(0));
+      break;
+  }
+}
+
+namespace {
+
+DecodeResult reply_needs(size_t n) {
+  return {DecodeStatus::kNeedMore, n, {}};
+}
+
+// Reads `n` byte strings into out->values; on failure fills *res and returns false.
+bool read_reply_strings(WireReader& r, uint64_t n, uint64_t max, Reply* out, DecodeResult* res) {
+  for (uint64_t i = 0; i < n; ++i) {
+    std::string_view v;
+    bool too_long = false;
+    if (r.bytes(&v, max, &too_long)) {
+      out->values.push_back(v);
+      continue;
+    }
+    uint64_t len = 0;
+    WireReader peek = r;
+    if (!peek.u64(&len)) {
+      *res = reply_needs(r.pos() + 8);
+    } else if (too_long) {
+      *res = bad("reply announces " + std::to_string(len) + " bytes");
+    } else {
+      *res = reply_needs(r.pos() + 8 + static_cast<size_t>(len));
+    }
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+DecodeResult decode_reply(Op op, size_t keys, std::span<const uint8_t> in, Reply* out,
+                          uint64_t max_bytes) {
+  out->clear(op);
+  WireReader r(in);
+  DecodeResult res;
+  switch (row(op).reply) {
+    case ReplyShape::kNone:
+      break;
+    case ReplyShape::kU8:
+      if (!r.u8(&out->code)) return reply_needs(1);
+      break;
+    case ReplyShape::kU32:
+      if (!r.u32(&out->u32)) return reply_needs(4);
+      break;
+    case ReplyShape::kI64:
+      if (!r.i64(&out->number)) return reply_needs(8);
+      break;
+    case ReplyShape::kBytes:
+      if (!read_reply_strings(r, 1, max_bytes, out, &res)) return res;
+      break;
+    case ReplyShape::kBytesPerKey:
+      if (!read_reply_strings(r, keys, max_bytes, out, &res)) return res;
+      break;
+    case ReplyShape::kCountedList:
+      if (!r.i64(&out->number)) return reply_needs(8);
+      if (out->number < 0 || static_cast<uint64_t>(out->number) > max_bytes)
+        return bad("reply announces " + std::to_string(out->number) + " strings");
+      if (!read_reply_strings(r, static_cast<uint64_t>(out->number), max_bytes, out, &res))
+        return res;
+      break;
+    case ReplyShape::kQueueItem:
+      if (!r.i64(&out->number)) return reply_needs(8);
+      if (out->number > 0 && !read_reply_strings(r, 1, max_bytes, out, &res)) return res;
+      break;
+  }
+  return {DecodeStatus::kComplete, r.pos(), {}};
+}
+
 }  // namespace cohort::rdzv

@@ -198,17 +198,20 @@ bool ProtocolHandler::process() {
 bool ProtocolHandler::wake() {
   if (!waiting_) return false;
   waiting_ = false;
-  put_u8(&out_, kStopWaiting);
+  reply_.clear(Op::kWait);
+  reply_.code = kStopWaiting;
+  encode_reply(reply_, &out_);
   return begin_ < end_;
 }
 
-bool ProtocolHandler::answer_wait(StoreState::WaitResult r) {
+bool ProtocolHandler::answer_wait(StoreState::WaitResult r, bool* answered) {
   switch (r) {
     case StoreState::WaitResult::kReady:
-      put_u8(&out_, kStopWaiting);
+      reply_.code = kStopWaiting;
       return true;
     case StoreState::WaitResult::kParked:
       waiting_ = true;
+      *answered = false;  // STOP_WAITING comes from wake()
       return true;
     case StoreState::WaitResult::kTooManyWaiters:
       close_reason_ =
@@ -225,22 +228,27 @@ bool ProtocolHandler::dispatch(const Request& req) {
   ++requests_;
   StoreState& st = state_;
   std::string* why = &close_reason_;
+  Reply& reply = reply_;
+  reply.clear(req.op);
+  bool answered = true;  // false while a WAIT or BARRIER is parked
+  std::string owned;     // a value the reply refers to that nothing else holds
   switch (req.op) {
     case Op::kValidate:
       if (req.u32 != kValidationMagic) {
         *why = "VALIDATE with a wrong magic number";
         return false;
       }
-      return true;
+      break;
     case Op::kPing:
-      put_u32(&out_, req.u32);
-      return true;
+      reply.u32 = req.u32;
+      break;
     case Op::kSet:
       st.set(req.keys[0], req.values[0]);
-      return true;
+      break;
     case Op::kCompareSet:
-      put_bytes(&out_, st.compare_set(req.keys[0], req.values[0], req.values[1]));
-      return true;
+      owned = st.compare_set(req.keys[0], req.values[0], req.values[1]);
+      reply.values.push_back(owned);
+      break;
     case Op::kGet: {
       const std::string* v = st.get(req.keys[0]);
       if (v == nullptr) {
@@ -249,57 +257,53 @@ bool ProtocolHandler::dispatch(const Request& req) {
           *why = "GET of a missing key";
           return false;
         }
-        put_bytes(&out_, {});
+        reply.values.emplace_back();
       } else {
-        put_bytes(&out_, *v);
+        reply.values.push_back(*v);
       }
-      return true;
+      break;
     }
-    case Op::kAdd: {
-      int64_t sum;
-      if (!st.add(req.keys[0], req.delta, &sum)) {
+    case Op::kAdd:
+      if (!st.add(req.keys[0], req.delta, &reply.number)) {
         *why = "ADD on a key whose value is not a decimal integer";
         return false;
       }
-      put_i64(&out_, sum);
-      return true;
-    }
+      break;
     case Op::kCheck:
-      put_u8(&out_, st.check(req.keys) ? kCheckReady : kCheckNotReady);
-      return true;
+      reply.code = st.check(req.keys) ? kCheckReady : kCheckNotReady;
+      break;
     case Op::kWait:
-      return answer_wait(st.wait(id_, req.keys));
+      if (!answer_wait(st.wait(id_, req.keys), &answered)) return false;
+      break;
     case Op::kBarrier:
-      return answer_wait(st.barrier(id_, req.keys[0], req.delta));
-    case Op::kListKeys: {
+      if (!answer_wait(st.barrier(id_, req.keys[0], req.delta), &answered)) return false;
+      break;
+    case Op::kListKeys:
       // Sorted, so that the same store lists the same way (PyTorch's order is its hash map's).
-      std::vector<std::string_view> keys;
-      keys.reserve(static_cast<size_t>(st.num_keys()));
-      st.for_each_key([&](std::string_view k) { keys.push_back(k); });
-      std::sort(keys.begin(), keys.end());
-      put_i64(&out_, static_cast<int64_t>(keys.size()));
-      for (std::string_view k : keys) put_bytes(&out_, k);
-      return true;
-    }
+      reply.values.reserve(static_cast<size_t>(st.num_keys()));
+      st.for_each_key([&](std::string_view k) { reply.values.push_back(k); });
+      std::sort(reply.values.begin(), reply.values.end());
+      reply.number = static_cast<int64_t>(reply.values.size());
+      break;
     case Op::kCancelWait:
       st.cancel_wait(id_);
       waiting_ = false;
-      put_u8(&out_, kWaitCanceled);
-      return true;
+      reply.code = kWaitCanceled;
+      break;
     case Op::kGetNumKeys:
-      put_i64(&out_, st.num_keys());
-      return true;
+      reply.number = st.num_keys();
+      break;
     case Op::kWatchKey:
       st.watch(id_, req.keys[0]);
       watching_ = true;
-      put_u8(&out_, kWatchRegistered);
-      return true;
+      reply.code = kWatchRegistered;
+      break;
     case Op::kDeleteKey:
-      put_i64(&out_, st.delete_key(req.keys[0]) ? 1 : 0);
-      return true;
+      reply.number = st.delete_key(req.keys[0]) ? 1 : 0;
+      break;
     case Op::kAppend:
       st.append(req.keys[0], req.values[0]);
-      return true;
+      break;
     case Op::kMultiGet:
       for (auto k : req.keys) {
         const std::string* v = st.get(k);
@@ -307,32 +311,29 @@ bool ProtocolHandler::dispatch(const Request& req) {
           *why = "MULTI_GET of a missing key";
           return false;
         }
-        put_bytes(&out_, v ? std::string_view(*v) : std::string_view());
+        reply.values.push_back(v ? std::string_view(*v) : std::string_view());
       }
-      return true;
+      break;
     case Op::kMultiSet:
       // One batch, so one log record: a crash keeps all of it or none (and waiters and watchers
       // hear of it once it is logged).
       st.begin_batch();
       for (size_t i = 0; i < req.keys.size(); ++i) st.set(req.keys[i], req.values[i]);
       st.end_batch();
-      return true;
+      break;
     case Op::kQueuePush:
       st.queue_push(req.keys[0], req.values[0]);
-      return true;
-    case Op::kQueuePop: {
-      std::string value;
-      int64_t len = st.queue_pop(req.keys[0], &value);
-      put_i64(&out_, len);
-      if (len > 0) put_bytes(&out_, value);
-      return true;
-    }
+      break;
+    case Op::kQueuePop:
+      reply.number = st.queue_pop(req.keys[0], &owned);
+      if (reply.number > 0) reply.values.push_back(owned);
+      break;
     case Op::kQueueLen:
-      put_i64(&out_, st.queue_len(req.keys[0]));
-      return true;
+      reply.number = st.queue_len(req.keys[0]);
+      break;
   }
-  *why = "unhandled command";
-  return false;
+  if (answered) encode_reply(reply, &out_);
+  return true;
 }
 
 }  // namespace cohort::rdzv

@@ -88,8 +88,9 @@ class ProtocolHandler {
   // *need_more when it waits for bytes.
   bool authenticate(bool* need_more);
   void refuse_unauthenticated();
-  // The reply to a WAIT or BARRIER; false (close_reason_ set) when the connection must close.
-  bool answer_wait(StoreState::WaitResult r);
+  // Fills reply_ for a WAIT or BARRIER (*answered = false when it parks); false (close_reason_
+  // set) when the connection must close.
+  bool answer_wait(StoreState::WaitResult r, bool* answered);
 
   enum class AuthState { kNone, kChallenged, kDone };
   const bool must_authenticate_;
@@ -105,6 +106,7 @@ class ProtocolHandler {
   uint64_t requests_ = 0;
   std::string close_reason_;
   Request req_;
+  Reply reply_;  // reused: its capacity stays
 };
 
 }  // namespace cohort::rdzv

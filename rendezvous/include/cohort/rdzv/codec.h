@@ -168,6 +168,36 @@ DecodeResult decode_request(Dialect d, std::span<const uint8_t> in, const Limits
 // Appends the wire form of `req` to `out`. REQUIRES: the dialect has req.op.
 void encode_request(Dialect d, const Request& req, std::string* out);
 
+// A reply, to encode (server) or decoded (clients). Which fields it uses follows
+// command_info(op).reply; the string views point into the caller's memory (encoding) or into the
+// buffer given to decode_reply() (decoding). Reuse one Reply: clearing keeps capacity.
+struct Reply {
+  Op op = Op::kSet;
+  uint8_t code = 0;    // kU8: kCheckReady, kStopWaiting, kWaitCanceled, kWatchRegistered, ...
+  uint32_t u32 = 0;    // kU32: PING's nonce
+  int64_t number = 0;  // kI64; kCountedList: the count; kQueueItem: the queue's length before it
+  std::vector<std::string_view> values;  // kBytes: 1; kBytesPerKey: one per key; kCountedList:
+                                         // `number` strings; kQueueItem: 1 when number > 0
+  void clear(Op o) {
+    op = o;
+    code = 0;
+    u32 = 0;
+    number = 0;
+    values.clear();
+  }
+};
+
+// Appends the wire form of `reply` to `out` (nothing for a ReplyShape::kNone command).
+void encode_reply(const Reply& reply, std::string* out);
+
+// Decodes the reply to a request of `op` at the start of `in`. `keys` is the request's key count
+// (MULTI_GET is answered with one byte string per key). A byte string (or LIST_KEYS count) over
+// `max_bytes` is kBad: a broken stream, not a reply to allocate for. kNeedMore sets `consumed` to
+// the least size the complete reply can have (more than in.size()), so a reader can wait for that
+// much at once.
+DecodeResult decode_reply(Op op, size_t keys, std::span<const uint8_t> in, Reply* out,
+                          uint64_t max_bytes = 1ull << 32);
+
 // ---- primitives, shared by the server's replies and the clients -----------------------------
 inline void put_u8(std::string* out, uint8_t v) {
   out->push_back(static_cast<char>(v));
