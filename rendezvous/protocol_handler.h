@@ -67,8 +67,27 @@ class ProtocolHandler {
   void set_unsent_elsewhere(size_t n) { unsent_elsewhere_ = n; }
 
  private:
+  // process() runs each request through ordered guards: next_request() (dialect, held behind a
+  // WAIT, backpressure, tag, decode and limits), admit() (a timed-out 1.13 WAIT, liveness-only
+  // clients, tagged writes only), then run() (once per tag) and dispatch(). Every refusal goes
+  // through reject().
+  enum class Step { kRun, kHold, kClose };
+  struct Framed {
+    size_t bytes = 0;  // of the request, its tag included
+    bool tagged = false;
+    uint64_t client = 0, request = 0;  // the tag
+  };
+  // Decodes the next buffered request into req_: kHold when it must wait (incomplete, held
+  // behind a WAIT, output backed up), kClose (close_reason_ set) when the connection must close.
+  Step next_request(Framed* f);
+  // The checks on a whole request before it runs; false when the connection must close.
+  bool admit(const Framed& f);
+  // Runs req_ (a tagged write once per tag) and consumes its bytes; false when it must close.
+  bool run(const Framed& f);
   // Executes one request; false when the connection must close.
   bool dispatch(const Request& req);
+  // Sets close_reason_ (and refused_unauthenticated_) and returns false.
+  bool reject(std::string why, bool unauthenticated = false);
 
   StoreState& state_;
   const StoreServerOptions& options_;
@@ -87,7 +106,7 @@ class ProtocolHandler {
   // Runs the token handshake on buffered bytes; false when the connection must close. Sets
   // *need_more when it waits for bytes.
   bool authenticate(bool* need_more);
-  void refuse_unauthenticated();
+  bool refuse_unauthenticated();  // reject() for lack of authentication
   // Fills reply_ for a WAIT or BARRIER (*answered = false when it parks); false (close_reason_
   // set) when the connection must close.
   bool answer_wait(StoreState::WaitResult r, bool* answered);
