@@ -20,6 +20,18 @@
 
 namespace cohort::rdzv {
 
+// PyTorch 1.13's watch notification, sent unsolicited on its callback connection: u8 type, then
+// the key, the old value and the new value as byte strings. Appends it to `out`.
+inline void encode_watch_notification(const WatchEvent& e, std::string* out) {
+  put_u8(out, e.type);
+  put_bytes(out, e.key);
+  put_bytes(out, e.old_value);
+  put_bytes(out, e.new_value);
+}
+inline size_t watch_notification_size(const WatchEvent& e) {
+  return 1 + 3 * 8 + e.key.size() + e.old_value.size() + e.new_value.size();
+}
+
 class ProtocolHandler {
  public:
   // `state` and `options` must outlive the handler. `must_authenticate`: the connection must
@@ -39,9 +51,9 @@ class ProtocolHandler {
   // The parked WAIT is satisfied: appends STOP_WAITING. Returns true when requests that arrived
   // meanwhile are buffered (call process() again, on a later turn of the loop).
   bool wake();
-  // Appends unsolicited bytes (a 1.13 watch notification).
-  void deliver(std::string_view bytes) {
-    (notifications_aside_ ? *notifications_aside_ : out_).append(bytes);
+  // Appends a 1.13 watch notification (unsolicited).
+  void deliver(const WatchEvent& event) {
+    encode_watch_notification(event, notifications_aside_ ? notifications_aside_ : &out_);
   }
 
   // Replies not yet sent. The caller moves them out (swap) and sends them.

@@ -27,7 +27,7 @@ using cohort::testing::unhex;
 
 struct NoListener : StoreListener {
   void on_wait_satisfied(SessionId) override {}
-  void on_watch_event(SessionId, std::string_view) override {}
+  void on_watch_event(SessionId, const WatchEvent&) override {}
 };
 
 class PersistenceTest : public ::testing::Test {
