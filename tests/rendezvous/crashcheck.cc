@@ -557,19 +557,31 @@ void client(int id, int port, uint32_t seed, const std::atomic<bool>& stop, Hist
 
 // ---- one mode -------------------------------------------------------------------------------
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    std::perror("bind");
-    std::exit(2);
+// A free port below the kernel's ephemeral range. While cohortd is down between a kill and its
+// restart, the clients connect again and again; a port from the ephemeral range could be handed
+// to one of those connections as its own source port, and a TCP connect to 127.0.0.1:P from P
+// connects to itself (simultaneous open): the restarted cohortd could not bind, and the client
+// would be talking to itself. Source ports never come from below the range.
+int free_port(std::mt19937& rng) {
+  int low = 32768, high = 60999;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d %d", &low, &high) != 2) low = 32768;
+    std::fclose(f);
   }
-  ::close(fd);
-  return ntohs(a.sin_port);
+  const int first = 10000, span = std::max(1, low - first);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    int port = first + static_cast<int>(rng() % static_cast<uint32_t>(span));
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  std::fprintf(stderr, "crashcheck: no free port below %d\n", low);
+  std::exit(2);
 }
 
 struct ModeResult {
@@ -582,7 +594,8 @@ ModeResult run_mode(const std::string& mode, double seconds, int clients, uint32
   ModeResult res;
   char templ[] = "/tmp/cohort_crashcheck_XXXXXX";
   std::string dir = ::mkdtemp(templ);
-  int port = free_port();
+  std::mt19937 rng(seed);
+  int port = free_port(rng);
   auto start = [&] {
     auto p = std::make_unique<Subprocess>(
         std::vector<std::string>{COHORTD_BIN, "--host", "127.0.0.1", "--port", std::to_string(port),
@@ -621,7 +634,6 @@ ModeResult run_mode(const std::string& mode, double seconds, int clients, uint32
   for (int c = 0; c < clients; ++c)
     threads.emplace_back(client, c, port, seed * 7919 + static_cast<uint32_t>(c), std::cref(stop),
                          std::ref(h), std::ref(n));
-  std::mt19937 rng(seed);
   const auto end = Clock::now() + std::chrono::duration<double>(seconds);
   TcpStore checker(client_options(port));
   while (Clock::now() < end && res.violations.empty()) {
