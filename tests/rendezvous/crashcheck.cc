@@ -208,13 +208,17 @@ struct Checker {
     for (const Op* a : adds) begun.push_back({a->invoke, a->delta});
     std::sort(done.begin(), done.end());
     std::sort(begun.begin(), begun.end());
-    auto prefix = [](const std::vector<std::pair<int64_t, int64_t>>& v, int64_t t) {
-      int64_t s = 0;
-      for (const auto& [at, d] : v) {
-        if (at >= t) break;
-        s += d;
-      }
-      return s;
+    // Cumulative sums, so each bound is a binary search (histories have 10^5 operations).
+    auto cumulate = [](const std::vector<std::pair<int64_t, int64_t>>& v) {
+      std::vector<int64_t> c{0};
+      for (const auto& e : v) c.push_back(c.back() + e.second);
+      return c;
+    };
+    const std::vector<int64_t> done_sum = cumulate(done), begun_sum = cumulate(begun);
+    auto prefix = [&](const std::vector<std::pair<int64_t, int64_t>>& v, int64_t t) {
+      size_t i = static_cast<size_t>(
+          std::lower_bound(v.begin(), v.end(), std::make_pair(t, INT64_MIN)) - v.begin());
+      return (&v == &done ? done_sum : begun_sum)[i];
     };
     std::set<int64_t> sums;
     for (const Op* o : ops) {
@@ -304,13 +308,13 @@ struct Checker {
       if (o->kind == Kind::kCas && o->acked() && o->reply == o->value && pos.count(o->value))
         done.push_back({o->complete, pos[o->value]});
     std::sort(done.begin(), done.end());
+    std::vector<size_t> max_pos;  // max_pos[i]: the furthest of done[0..i]
+    for (const auto& [c, p] : done)
+      max_pos.push_back(std::max(max_pos.empty() ? 0 : max_pos.back(), p));
     auto floor_at = [&](int64_t t) {
-      size_t f = 0;
-      for (const auto& [c, p] : done) {
-        if (c >= t) break;
-        f = std::max(f, p);
-      }
-      return f;
+      size_t i = static_cast<size_t>(
+          std::lower_bound(done.begin(), done.end(), std::make_pair(t, size_t{0})) - done.begin());
+      return i == 0 ? size_t{0} : max_pos[i - 1];
     };
     for (const Op* o : ops) {
       if (!o->acked()) continue;
