@@ -332,6 +332,51 @@ TEST_F(PersistenceTest, AnUntaggedMultiSetIsOneRecordKeptWholeOrNotAtAll) {
   EXPECT_EQ(state.get("c"), nullptr);
 }
 
+// With the real log under each --fsync mode: when a watcher or a parked WAIT hears of a change,
+// its record is already in store.log (so a SIGKILL after that cannot lose what they acted on).
+// With --fsync always the record is also synced first: StoreLog::append_record() syncs before it
+// returns, and the state releases the held events only after that.
+TEST_F(PersistenceTest, WatchersAndWaitersHearOfAChangeOnlyOnceItIsInTheLogFile) {
+  struct SizeAtEvent : StoreListener {
+    std::string path;
+    std::vector<uintmax_t> sizes;
+    void on_wait_satisfied(SessionId) override {
+      sizes.push_back(std::filesystem::file_size(path));
+    }
+    void on_watch_event(SessionId, std::string_view) override {
+      sizes.push_back(std::filesystem::file_size(path));
+    }
+  };
+  for (FsyncPolicy policy : {FsyncPolicy::kAlways, FsyncPolicy::kInterval, FsyncPolicy::kNever}) {
+    std::filesystem::remove_all(dir_);
+    SizeAtEvent listener;
+    listener.path = dir_ + "/store.log";
+    StoreState state(&listener, 0);
+    StoreLog log(dir_, &state, policy);
+    state.watch(1, "k");
+    std::vector<std::string_view> keys = {"k"};
+    ASSERT_EQ(state.wait(2, keys), StoreState::WaitResult::kParked);
+    const uintmax_t before = std::filesystem::file_size(listener.path);
+    state.set("k", "v");
+    ASSERT_EQ(listener.sizes.size(), 2u);  // the watcher, then the waiter
+    for (uintmax_t at_event : listener.sizes)
+      EXPECT_EQ(at_event, std::filesystem::file_size(listener.path))
+          << "told before the record was written (policy " << static_cast<int>(policy) << ")";
+    EXPECT_GT(listener.sizes[0], before);
+    // A MULTI_SET-like batch: told once the whole batch (one record) is written.
+    listener.sizes.clear();
+    state.begin_batch();
+    state.set("k", "v2");
+    state.set("other", "x");
+    EXPECT_TRUE(listener.sizes.empty());
+    const uintmax_t mid = std::filesystem::file_size(listener.path);
+    state.end_batch();
+    ASSERT_EQ(listener.sizes.size(), 1u);
+    EXPECT_GT(listener.sizes[0], mid);
+    EXPECT_EQ(listener.sizes[0], std::filesystem::file_size(listener.path));
+  }
+}
+
 TEST_F(PersistenceTest, ClientsCarryOnThroughASigkilledCohortdWithoutDoublingAnyAdd) {
   // A real cohortd, killed with SIGKILL twice while a client adds; restarted on the same port.
   int port;
