@@ -1,15 +1,18 @@
 // cohortd --data-dir: the log survives restarts and crashes; tagged writes run once however often
 // they are retried.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "../common/subprocess.h"
+#include "cohort/error.h"
 #include "cohort/rdzv/server.h"
 #include "cohort/rdzv/tcp_store.h"
 #include "hex.h"
@@ -219,6 +222,59 @@ TEST_F(PersistenceTest, TheLogIsCompactedWhenItOutgrowsTheData) {
   StoreState state(&listener, 0);
   StoreLog log(dir_, &state, FsyncPolicy::kNever);
   EXPECT_EQ(*state.get("same"), std::string(4096, 'v') + "999");
+  EXPECT_EQ(*state.get("later"), "x");
+}
+
+// The compaction's child writes the state as of the fork; writes made meanwhile, appended to the
+// old log, are carried into the new one. A child that dies leaves the old log as it was.
+TEST_F(PersistenceTest, WritesMadeWhileTheChildCompactsReachTheNewLog) {
+  NoListener listener;
+  const std::string big(4096, 'v');
+  auto wait_for_child = [](const StoreLog& log) {
+    pollfd p{log.compaction_fd(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 30000), 1);
+  };
+  {
+    StoreState state(&listener, 0);
+    StoreLog log(dir_, &state, FsyncPolicy::kNever);
+    for (int i = 0; i < 1000; ++i) state.set("same", big + std::to_string(i));
+    // A child killed at work: the compaction is abandoned, nothing lost, no file left.
+    ASSERT_TRUE(log.start_compaction());
+    state.set("meanwhile0", "m0");
+    ASSERT_TRUE(log.compacting());
+    ASSERT_GT(log.compaction_child(), 0);
+    ::kill(log.compaction_child(), SIGKILL);
+    wait_for_child(log);  // its pipe closes
+    EXPECT_THROW(log.finish_compaction(), Error);
+    EXPECT_FALSE(log.compacting());
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/store.log.compact"));
+    EXPECT_GT(std::filesystem::file_size(dir_ + "/store.log"), 4000000u);
+    EXPECT_EQ(log.compactions(), 0u);
+    // The next look compacts (the log grew since the last look).
+    ASSERT_TRUE(log.start_compaction());
+    for (int i = 0; i < 100; ++i)
+      state.set("meanwhile" + std::to_string(i), "m" + std::to_string(i));
+    state.append("same", "+tail");
+    state.delete_key("meanwhile1");
+    wait_for_child(log);
+    state.set("after_child", "a");  // after the child's last copy: the loop copies it
+    ASSERT_TRUE(log.finish_compaction());
+    EXPECT_FALSE(log.compacting());
+    EXPECT_EQ(log.compactions(), 1u);
+    EXPECT_LT(std::filesystem::file_size(dir_ + "/store.log"), 20000u);
+    EXPECT_EQ(std::filesystem::file_size(dir_ + "/store.log"), log.size());
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/store.log.compact"));
+    state.set("later", "x");
+  }
+  StoreState state(&listener, 0);
+  StoreLog log(dir_, &state, FsyncPolicy::kNever);
+  EXPECT_EQ(*state.get("same"), big + "999+tail");
+  EXPECT_EQ(state.get("meanwhile1"), nullptr);
+  for (int i = 0; i < 100; ++i)
+    if (i != 1) {
+      EXPECT_EQ(*state.get("meanwhile" + std::to_string(i)), "m" + std::to_string(i));
+    }
+  EXPECT_EQ(*state.get("after_child"), "a");
   EXPECT_EQ(*state.get("later"), "x");
 }
 
