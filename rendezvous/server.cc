@@ -205,7 +205,7 @@ class StoreServer::Impl final : public SessionHost,
     journal_timer_.expires_after(period);
     journal_timer_.async_wait([self = shared_from_this(), period](std::error_code ec) {
       if (ec || self->stopped_) return;
-      if (self->options_.fsync == FsyncPolicy::kInterval) self->journal_->sync();
+      if (self->options_.fsync == FsyncPolicy::kInterval) self->journal_->sync_in_background();
       self->since_compaction_check_ += period;
       if (self->since_compaction_check_ >= std::chrono::seconds(1)) {
         self->since_compaction_check_ = {};

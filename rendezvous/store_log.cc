@@ -305,6 +305,12 @@ void StoreLog::sync() {
   dirty_ = false;
 }
 
+void StoreLog::sync_in_background() {
+  if (!dirty_ || fd_ < 0) return;
+  if (!syncer_) syncer_ = std::make_unique<BackgroundSync>();
+  if (syncer_->request(fd_)) dirty_ = false;  // else one still runs: ask again at the next tick
+}
+
 uint64_t StoreLog::snapshot_size() const {
   // Each entry's frame (8), type (1) and length prefixes (8 each), as write_compacted() writes
   // them.

@@ -38,6 +38,7 @@
 
 #include <sys/types.h>
 
+#include "background_sync.h"
 #include "cohort/rdzv/server.h"
 #include "store_state.h"
 
@@ -87,8 +88,12 @@ class StoreLog final : public StoreState::Journal {
   uint64_t bytes_written() const { return bytes_written_; }
   uint64_t size() const { return size_; }  // of store.log
   uint64_t compactions() const { return compactions_; }
-  // fsync now if anything was written since the last one (the kInterval timer calls this).
+  // fsync now if anything was written since the last one (at stop, and for kAlways).
   void sync();
+  // The kInterval timer's sync: the same, on a thread of its own (background_sync.h), so that a
+  // slow disk never stalls the loop.
+  void sync_in_background();
+  unsigned long background_syncs() const { return syncer_ ? syncer_->completed() : 0; }
 
   // StoreState::Journal
   void on_change(std::string_view key, const std::string* value) override;
@@ -126,7 +131,8 @@ class StoreLog final : public StoreState::Journal {
   uint64_t checked_at_size_ = 0;  // size_ at the last maybe_compact() that looked
   uint64_t bytes_written_ = 0;
   uint64_t compactions_ = 0;
-  bool dirty_ = false;  // written since the last fsync
+  bool dirty_ = false;                      // written since the last fsync
+  std::unique_ptr<BackgroundSync> syncer_;  // kInterval only
   int batch_depth_ = 0;
   std::string batch_;
   size_t replayed_ = 0;

@@ -278,6 +278,36 @@ TEST_F(PersistenceTest, WritesMadeWhileTheChildCompactsReachTheNewLog) {
   EXPECT_EQ(*state.get("later"), "x");
 }
 
+size_t open_descriptors() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+TEST_F(PersistenceTest, TheIntervalSyncRunsOnAThreadOfItsOwnAndLeavesNoDescriptor) {
+  NoListener listener;
+  StoreState state(&listener, 0);
+  StoreLog log(dir_, &state, FsyncPolicy::kInterval);
+  const size_t fds = open_descriptors();
+  const int threads =
+      static_cast<int>(std::distance(std::filesystem::directory_iterator("/proc/self/task"),
+                                     std::filesystem::directory_iterator()));
+  log.sync_in_background();  // nothing written: nothing to do, no thread
+  EXPECT_EQ(log.background_syncs(), 0u);
+  for (unsigned long round = 1; round <= 3; ++round) {
+    state.set("k" + std::to_string(round), std::string(1 << 20, 'v'));
+    log.sync_in_background();
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (log.background_syncs() < round && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    ASSERT_EQ(log.background_syncs(), round);
+  }
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator("/proc/self/task"),
+                          std::filesystem::directory_iterator()),
+            threads + 1);
+  EXPECT_EQ(open_descriptors(), fds);  // each sync's duplicate descriptor closed
+}
+
 TEST_F(PersistenceTest, AppendsAreJournaledAsDeltas) {
   NoListener listener;
   const std::string kib(1024, 'a');
