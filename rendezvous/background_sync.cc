@@ -1,11 +1,14 @@
 #include "background_sync.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 namespace cohort::rdzv {
 
-BackgroundSync::BackgroundSync() : thread_([this] { run(); }) {}
+BackgroundSync::BackgroundSync() : thread_([this] { run(); }) {
+  ::pthread_setname_np(thread_.native_handle(), "cohortd-fsync");  // as top -H and /proc show it
+}
 
 BackgroundSync::~BackgroundSync() {
   {
