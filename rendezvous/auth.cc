@@ -67,6 +67,23 @@ bool verify(std::string_view token, std::string_view challenge, std::string_view
          CRYPTO_memcmp(proof.data(), expected.data(), expected.size()) == 0;
 }
 
+std::string prove_mutual(std::string_view token, std::string_view role, std::string_view nonce,
+                         std::string_view challenge) {
+  std::string msg("cohort-auth-v2 ");
+  msg.append(role);
+  msg.append(nonce);
+  msg.append(challenge);
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
+  return std::string(reinterpret_cast<char*>(out), len);
+}
+
+bool same_proof(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
 std::string read_token_file(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw IoError("cannot read the token file " + path, errno);

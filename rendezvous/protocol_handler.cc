@@ -38,7 +38,7 @@ bool ProtocolHandler::authenticate(bool* need_more) {
     const uint8_t* p = in_.get() + begin_;
     const size_t n = end_ - begin_;
     if (auth_state_ == AuthState::kNone) {
-      if (p[0] != auth::kHello) {
+      if (p[0] != auth::kHello && p[0] != auth::kHelloMutual) {
         if (!must_authenticate_) {
           auth_state_ = AuthState::kDone;  // a plain client, welcome here
           return true;
@@ -60,9 +60,19 @@ bool ProtocolHandler::authenticate(bool* need_more) {
         }
         return refuse_unauthenticated();
       }
+      if (p[0] == auth::kHelloMutual) {  // the server proves the token first (auth.h)
+        if (n < 1 + auth::kNonceBytes) {
+          *need_more = true;
+          return true;
+        }
+        client_nonce_.assign(reinterpret_cast<const char*>(p + 1), auth::kNonceBytes);
+        begin_ += auth::kNonceBytes;
+      }
       begin_ += 1;
       challenge_ = auth::make_challenge();
       out_.append(challenge_);
+      if (!client_nonce_.empty())
+        out_.append(auth::prove_mutual(options_.auth_token, "server", client_nonce_, challenge_));
       auth_state_ = AuthState::kChallenged;
       continue;
     }
@@ -71,8 +81,12 @@ bool ProtocolHandler::authenticate(bool* need_more) {
       return true;
     }
     std::string_view proof(reinterpret_cast<const char*>(p + 1), auth::kProofBytes);
-    if (p[0] != auth::kProof ||
-        (!options_.auth_token.empty() && !auth::verify(options_.auth_token, challenge_, proof))) {
+    const bool right =
+        client_nonce_.empty()
+            ? auth::verify(options_.auth_token, challenge_, proof)
+            : auth::same_proof(proof, auth::prove_mutual(options_.auth_token, "client",
+                                                         client_nonce_, challenge_));
+    if (p[0] != auth::kProof || (!options_.auth_token.empty() && !right)) {
       return reject("authentication failed: wrong token", /*unauthenticated=*/true);
     }
     begin_ += 1 + auth::kProofBytes;

@@ -127,6 +127,7 @@ class ProtocolHandler {
   const bool must_authenticate_;
   AuthState auth_state_ = AuthState::kNone;
   std::string challenge_;
+  std::string client_nonce_;  // the mutual handshake's (auth.h); empty in the one-way one
   bool refused_unauthenticated_ = false;
   // An unauthenticated PyTorch 2.x client: VALIDATE and PING answered, any other request refused.
   bool liveness_only_ = false;

@@ -1,13 +1,16 @@
 #include "cohort/rdzv/server.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/ip/v6_only.hpp>
+#include <asio/posix/stream_descriptor.hpp>
 #include <asio/steady_timer.hpp>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <unordered_map>
 
@@ -32,7 +35,8 @@ class StoreServer::Impl final : public SessionHost,
         state_(this, options_.max_waiters),
         acceptor_(io),
         retry_timer_(io),
-        journal_timer_(io) {
+        journal_timer_(io),
+        compaction_wait_(io) {
     tcp::endpoint ep = resolve(options_.host, options_.port);
     std::error_code ec;
     acceptor_.open(ep.protocol(), ec);
@@ -88,7 +92,12 @@ class StoreServer::Impl final : public SessionHost,
     acceptor_.close(ignored);
     retry_timer_.cancel();
     journal_timer_.cancel();
-    if (journal_) journal_->sync();
+    std::error_code closed;
+    compaction_wait_.close(closed);
+    if (journal_) {
+      journal_->abandon_compaction();  // store.log holds everything; the next start compacts
+      journal_->sync();
+    }
     auto sessions = std::move(sessions_);
     sessions_.clear();
     for (auto& [id, s] : sessions) s->stop();
@@ -196,19 +205,63 @@ class StoreServer::Impl final : public SessionHost,
     journal_timer_.expires_after(period);
     journal_timer_.async_wait([self = shared_from_this(), period](std::error_code ec) {
       if (ec || self->stopped_) return;
-      if (self->options_.fsync == FsyncPolicy::kInterval) self->journal_->sync();
+      if (self->options_.fsync == FsyncPolicy::kInterval) self->journal_->sync_in_background();
       self->since_compaction_check_ += period;
       if (self->since_compaction_check_ >= std::chrono::seconds(1)) {
         self->since_compaction_check_ = {};
         try {
-          if (self->journal_->maybe_compact())
-            self->log_->info("compacted the store log in {}", self->options_.data_dir);
+          if (self->journal_->start_compaction()) self->await_compaction();
         } catch (const std::exception& e) {
           self->log_->error("compaction failed: {}", e.what());
         }
       }
       self->arm_journal_timer();
     });
+  }
+
+  // A compaction runs in a child process (store_log.h): finish it when its pipe says it is done.
+  void await_compaction() {
+    compaction_started_ = std::chrono::steady_clock::now();
+    compaction_log_size_ = journal_->size();
+    int fd = ::fcntl(journal_->compaction_fd(), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+      journal_->abandon_compaction();
+      log_->error("compaction abandoned: cannot duplicate its pipe");
+      return;
+    }
+    compaction_wait_.assign(fd);
+    compaction_wait_.async_wait(
+        asio::posix::stream_descriptor::wait_read, [self = shared_from_this()](std::error_code ec) {
+          std::error_code closed;
+          self->compaction_wait_.close(closed);
+          if (self->stopped_) return;
+          if (ec) {
+            self->journal_->abandon_compaction();
+            self->log_->error("compaction abandoned: waiting for it failed: {}", ec.message());
+            return;
+          }
+          auto finish_start = std::chrono::steady_clock::now();
+          try {
+            if (self->journal_->finish_compaction()) {
+              auto ms = [](auto d) {
+                return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+              };
+              auto now = std::chrono::steady_clock::now();
+              self->log_->info(
+                  "compacted the store log in {}: {} -> {} bytes in {} ms ({}; the loop paused "
+                  "{} ms to finish, copying {} bytes written meanwhile)",
+                  self->options_.data_dir, self->compaction_log_size_, self->journal_->size(),
+                  ms(now - self->compaction_started_),
+                  self->journal_->last_fork_errno() == 0
+                      ? std::string("in a child process")
+                      : std::string("in the loop: fork failed: ") +
+                            std::strerror(self->journal_->last_fork_errno()),
+                  ms(now - finish_start), self->journal_->last_tail_bytes());
+            }
+          } catch (const std::exception& e) {
+            self->log_->error("compaction failed: {}", e.what());
+          }
+        });
   }
 
   // Over --connection-memory-budget: close the connections holding the most until under it.
@@ -303,7 +356,10 @@ class StoreServer::Impl final : public SessionHost,
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;
   asio::steady_timer journal_timer_;
-  std::unique_ptr<StoreLog> journal_;  // with --data-dir
+  std::unique_ptr<StoreLog> journal_;               // with --data-dir
+  asio::posix::stream_descriptor compaction_wait_;  // the running compaction's pipe
+  std::chrono::steady_clock::time_point compaction_started_{};
+  uint64_t compaction_log_size_ = 0;
   std::chrono::milliseconds since_compaction_check_{0};
   uint16_t port_ = 0;
   bool stopped_ = false;

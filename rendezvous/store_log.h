@@ -16,6 +16,18 @@
 // by any signal loses nothing it acknowledged. fsync(2) follows the policy: kAlways (each batch),
 // kInterval (at most `fsync_interval` later: a machine crash may lose that much), kNever.
 //
+// Compaction (start_compaction) runs off the loop, as Redis's BGREWRITEAOF does: fork(2) a child
+// that writes the snapshot from its copy-on-write view of the state into store.log.compact, while
+// the parent goes on appending to store.log as before. The child also copies what the parent
+// appended meanwhile (the log's bytes from the fork on), fdatasyncs, reports through a pipe how
+// far it copied and _exits. The parent then copies the little that came after (finish_compaction,
+// on the loop: bytes, not records, so a record half copied by the child is completed by it),
+// fdatasyncs, and renames the file over store.log. Until that rename store.log holds every
+// acknowledged write, and after it the new file does: a crash at any point loses nothing, and a
+// store.log.compact left by one is removed at the next start. The loop pauses only for fork()
+// (page tables: a few ms per GB) and for the final tail. When fork() fails the child's work is
+// done in the loop, as before.
+//
 // Thread safety: none; the server's loop thread only.
 #pragma once
 
@@ -24,6 +36,9 @@
 #include <memory>
 #include <string>
 
+#include <sys/types.h>
+
+#include "background_sync.h"
 #include "cohort/rdzv/server_options.h"
 #include "store_state.h"
 
@@ -51,12 +66,34 @@ class StoreLog final : public StoreState::Journal {
   // `factor` times the snapshot's size (plus 1 MiB). Returns true when it compacted.
   // Costs nothing while nothing was written since the last check (an idle store never pauses
   // here), and sizes the snapshot without building it.
+  // Does it all before returning (a child, waited for): for tests and tools.
   bool maybe_compact(double factor = 2.0);
+  // Starts a compaction in the background when one is due (as above) and none runs; true when
+  // started. compaction_fd() is then readable once the child is done, and the caller must call
+  // finish_compaction(). Throws cohort::Error when the temporary file cannot be created.
+  bool start_compaction(double factor = 2.0);
+  bool compacting() const { return result_fd_ >= 0; }
+  int compaction_fd() const { return result_fd_; }
+  pid_t compaction_child() const { return child_; }  // 0 when none (or done in the loop)
+  // Completes the compaction whose child is done: true when store.log was replaced. Throws
+  // cohort::Error (the compaction abandoned, store.log as it was) when the child failed.
+  bool finish_compaction();
+  // Stops a running compaction (SIGKILL to the child, the temporary file removed).
+  void abandon_compaction();
+  // Of the last compaction: done in the loop because fork() failed (its errno, else 0), and the
+  // bytes finish_compaction() copied in the loop.
+  int last_fork_errno() const { return fork_errno_; }
+  uint64_t last_tail_bytes() const { return tail_bytes_; }
   // Bytes written to the log since it was opened, compactions included; compactions done.
   uint64_t bytes_written() const { return bytes_written_; }
+  uint64_t size() const { return size_; }  // of store.log
   uint64_t compactions() const { return compactions_; }
-  // fsync now if anything was written since the last one (the kInterval timer calls this).
+  // fsync now if anything was written since the last one (at stop, and for kAlways).
   void sync();
+  // The kInterval timer's sync: the same, on a thread of its own (background_sync.h), so that a
+  // slow disk never stalls the loop.
+  void sync_in_background();
+  unsigned long background_syncs() const { return syncer_ ? syncer_->completed() : 0; }
 
   // StoreState::Journal
   void on_change(std::string_view key, const std::string* value) override;
@@ -70,8 +107,19 @@ class StoreLog final : public StoreState::Journal {
   // Applies one batch's entries; false when it is malformed.
   bool apply_batch(std::string_view payload);
   void append_record(const std::string& payload);
-  std::string snapshot() const;
-  uint64_t snapshot_size() const;  // snapshot().size(), without building it
+  bool compaction_due(double factor);
+  // What the compaction child reports through its pipe.
+  struct ChildResult {
+    int32_t err = 0;         // errno of the failure, 0 when done
+    int32_t stage = 0;       // 1 writing the snapshot, 2 copying the log, 3 fdatasync
+    uint64_t copied_to = 0;  // log offset up to which the new file holds the log's tail
+  };
+  // The child's work: snapshot of the state, then the log's bytes from `from` on, into `out`.
+  // Safe in a child forked from a threaded process: no allocation, no lock, no logging.
+  ChildResult write_compacted(int out, int log, uint64_t from) const noexcept;
+  [[noreturn]] void child_main(int out, int log, int pipe_w, uint64_t from, pid_t parent) const;
+  void close_compaction_fds();
+  uint64_t snapshot_size() const;  // of the snapshot write_compacted() writes, without writing it
   void add_entry(const std::string& entry);
 
   std::string dir_, path_;
@@ -83,7 +131,8 @@ class StoreLog final : public StoreState::Journal {
   uint64_t checked_at_size_ = 0;  // size_ at the last maybe_compact() that looked
   uint64_t bytes_written_ = 0;
   uint64_t compactions_ = 0;
-  bool dirty_ = false;  // written since the last fsync
+  bool dirty_ = false;                      // written since the last fsync
+  std::unique_ptr<BackgroundSync> syncer_;  // kInterval only
   int batch_depth_ = 0;
   std::string batch_;
   size_t replayed_ = 0;
@@ -92,6 +141,14 @@ class StoreLog final : public StoreState::Journal {
   bool empty_file_ = false;
   uint64_t dropped_bytes_ = 0;
   std::string damaged_copy_;
+  // The compaction in progress (result_fd_ >= 0): its child (0 when done in the loop), the new
+  // file, a reader of the old log for the tail, and the log's size at the fork.
+  std::string tmp_path_;
+  pid_t child_ = 0;
+  int result_fd_ = -1, tmp_fd_ = -1, read_fd_ = -1;
+  uint64_t fork_size_ = 0;
+  int fork_errno_ = 0;
+  uint64_t tail_bytes_ = 0;
 };
 
 }  // namespace cohort::rdzv

@@ -182,16 +182,28 @@ void TcpStore::handshake_locked(Connection& conn, Clock::time_point deadline) {
              : ""));
   };
   if (!options_.auth_token.empty()) {
-    conn.conn.send_all(std::string(1, static_cast<char>(auth::kHello)), hs_deadline);
-    std::string challenge;
+    // The mutual handshake (auth.h): the server proves that it knows the token before we prove
+    // it, or send anything else.
+    const std::string nonce = auth::make_challenge();
+    conn.conn.send_all(std::string(1, static_cast<char>(auth::kHelloMutual)) + nonce, hs_deadline);
+    std::string challenge, server_proof;
     try {
       challenge = conn.conn.read_exact(auth::kChallengeBytes, first_answer);
+      server_proof = conn.conn.read_exact(auth::kProofBytes, first_answer);
     } catch (const ReplyTimeout&) {
       throw not_a_store("sent no token challenge within " +
                         std::to_string(kFirstAnswerTimeout.count()) + " s");
     }
+    if (!auth::same_proof(server_proof,
+                          auth::prove_mutual(options_.auth_token, "server", nonce, challenge))) {
+      throw UnsupportedServer(
+          "the server at " + address_ +
+          " could not prove that it knows the store token: refused, before sending it anything "
+          "(it is not the job's cohortd, or cohortd runs without --auth-token-file or with "
+          "another token)");
+    }
     std::string proof(1, static_cast<char>(auth::kProof));
-    proof += auth::prove(options_.auth_token, challenge);
+    proof += auth::prove_mutual(options_.auth_token, "client", nonce, challenge);
     conn.conn.send_all(proof, hs_deadline);
     try {
       if (conn.conn.read_u8(hs_deadline) != auth::kAccepted)

@@ -10,6 +10,7 @@
 #   scripts/test.sh -L store      the release stage only, with these ctest arguments; -L LABEL
 #                                 (or A|B) builds only what those labels' tests need
 #   scripts/test.sh -L unit       every test that starts no process (under a minute once built)
+#   scripts/test.sh -L crashcheck the crash check of cohortd alone (60 s; the release stage runs it)
 #
 # Every stage runs even when an earlier one failed; a summary with each stage's time ends the
 # output. Exit status: 0 when every stage passed, else 1 (2: a bad argument).

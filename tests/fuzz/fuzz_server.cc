@@ -112,6 +112,7 @@ struct Conn {
   size_t modelled = 0;  // bytes of `sent` whose replies are accounted for in `expect`
   enum class Auth { kNone, kChallenged, kDone } auth = Auth::kNone;  // as the model sees it
   std::string challenge;
+  std::string nonce;  // the mutual handshake's (AUTH_HELLO_MUTUAL); empty in the one-way one
   bool liveness_only = false;  // unauthenticated PyTorch 2.x: VALIDATE and PING, nothing else
   bool dialect_known = false;
   Dialect dialect = Dialect::kLegacy;
@@ -517,7 +518,8 @@ class Harness final : public StoreListener {
     auto bytes = as_bytes(c.sent);
     while (c.auth != Conn::Auth::kDone && c.modelled < c.sent.size()) {
       if (c.auth == Conn::Auth::kNone) {
-        if (bytes[c.modelled] != auth::kHello) {
+        const bool mutual = bytes[c.modelled] == auth::kHelloMutual;
+        if (bytes[c.modelled] != auth::kHello && !mutual) {
           if (must_authenticate_) {
             DetectStatus d = bytes[c.modelled] == 0x00 ? detect_dialect(bytes.subspan(c.modelled))
                                                        : DetectStatus::kLegacy;
@@ -531,21 +533,30 @@ class Harness final : public StoreListener {
           c.auth = Conn::Auth::kDone;
           return;
         }
-        COHORT_FUZZ_CHECK(consumed > c.modelled, "HELLO not taken");
+        const size_t hello_bytes = mutual ? 1 + auth::kNonceBytes : 1;
+        if (c.sent.size() - c.modelled < hello_bytes) return;
+        COHORT_FUZZ_CHECK(consumed >= c.modelled + hello_bytes, "HELLO not taken");
         std::string all = c.stream + c.h->output();
         COHORT_FUZZ_CHECK(c.stream_base == 0 && all.size() >= auth::kChallengeBytes,
                           "no challenge after HELLO");
         c.challenge = all.substr(0, auth::kChallengeBytes);
         c.expect.push_back(Expect{c.challenge});
-        c.modelled += 1;
+        if (mutual) {  // the server's proof follows its challenge
+          c.nonce = c.sent.substr(c.modelled + 1, auth::kNonceBytes);
+          c.expect.push_back(
+              Expect{auth::prove_mutual(options_.auth_token, "server", c.nonce, c.challenge)});
+        }
+        c.modelled += hello_bytes;
         c.auth = Conn::Auth::kChallenged;
         continue;
       }
       if (c.sent.size() - c.modelled < 1 + auth::kProofBytes) return;
       std::string_view proof(c.sent.data() + c.modelled + 1, auth::kProofBytes);
-      bool right =
-          bytes[c.modelled] == auth::kProof &&
-          (options_.auth_token.empty() || proof == auth::prove(options_.auth_token, c.challenge));
+      bool right = bytes[c.modelled] == auth::kProof &&
+                   (options_.auth_token.empty() ||
+                    proof == (c.nonce.empty() ? auth::prove(options_.auth_token, c.challenge)
+                                              : auth::prove_mutual(options_.auth_token, "client",
+                                                                   c.nonce, c.challenge)));
       if (!right) {
         *closes = true;
         return;

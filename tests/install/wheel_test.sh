@@ -30,7 +30,9 @@ if command -v ccache >/dev/null; then
   launcher="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$src}
 fi
-(cd "$src" && CMAKE_ARGS="$launcher" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+# cc and c++, as a plain CMake configure picks (the Release build's): scikit-build-core would take
+# Python's gcc and g++, and ccache keys on the compiler's name, so nothing would hit.
+(cd "$src" && CC=${CC:-cc} CXX=${CXX:-c++} CMAKE_ARGS="$launcher" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
    "$builder/bin/pip" wheel -q --no-build-isolation --no-deps -w "$work/dist" .) \
    >"$work/wheel.log" 2>&1 || fail "pip wheel failed: $(tail -30 "$work/wheel.log")"
 wheel=$(ls "$work"/dist/cohort-*.whl)

@@ -2,10 +2,15 @@
 #include "cohort/rdzv/auth.h"
 #include "cohort/error.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
+#include <thread>
 
 #include "cohort/rdzv/cohortd.h"
 #include "cohort/rdzv/server.h"
@@ -82,9 +87,102 @@ TEST(Auth, AWrongTokenGetsNothing) {
     TcpStore s(client(server.port(), "guess"));
     FAIL() << "connected with a wrong token";
   } catch (const StoreError& e) {
-    EXPECT_NE(std::string(e.what()).find("refused our token"), std::string::npos) << e.what();
+    // The server's proof does not check out with our token: we stop before proving ours.
+    EXPECT_NE(std::string(e.what()).find("could not prove that it knows the store token"),
+              std::string::npos)
+        << e.what();
   }
+  // The one-way handshake (libcohort before the mutual one) with a wrong proof: refused.
+  RawClient old_client(server.port());
+  old_client.send(unhex("41"));
+  auto challenge = old_client.read(auth::kChallengeBytes);
+  ASSERT_TRUE(challenge);
+  old_client.send(unhex("42") + auth::prove("guess", *challenge));
+  EXPECT_TRUE(old_client.closed_by_peer());
   EXPECT_EQ(server.stats().refused_unauthenticated, 1u);
+}
+
+TEST(Auth, TheOneWayHandshakeStillWorks) {
+  rdzv::StoreServerThread server(with_token());
+  RawClient old_client(server.port());
+  old_client.send(unhex("41"));
+  auto challenge = old_client.read(auth::kChallengeBytes);
+  ASSERT_TRUE(challenge);
+  old_client.send(unhex("42") + auth::prove("s3cret-token", *challenge));
+  EXPECT_EQ(old_client.read(1), unhex("01"));
+  old_client.send(unhex("06"));  // GETNUMKEYS, 1.13 dialect
+  EXPECT_TRUE(old_client.read(8));
+}
+
+TEST(Auth, TheServerProvesTheTokenFirst) {
+  rdzv::StoreServerThread server(with_token());
+  RawClient c(server.port());
+  const std::string nonce(auth::kNonceBytes, 'n');
+  c.send(unhex("43") + nonce);
+  auto challenge = c.read(auth::kChallengeBytes), proof = c.read(auth::kProofBytes);
+  ASSERT_TRUE(challenge && proof);
+  EXPECT_EQ(*proof, auth::prove_mutual("s3cret-token", "server", nonce, *challenge));
+  // A proof for another nonce, or the server's own proof reflected back, is no client proof.
+  EXPECT_NE(*proof, auth::prove_mutual("s3cret-token", "server", std::string(32, 'm'), *challenge));
+  c.send(unhex("42") + *proof);
+  EXPECT_TRUE(c.closed_by_peer());
+  RawClient good(server.port());
+  good.send(unhex("43") + nonce);
+  challenge = good.read(auth::kChallengeBytes);
+  ASSERT_TRUE(challenge && good.read(auth::kProofBytes));
+  good.send(unhex("42") + auth::prove_mutual("s3cret-token", "client", nonce, *challenge));
+  EXPECT_EQ(good.read(1), unhex("01"));
+}
+
+// A server that does not know the token (one impersonating cohortd at its address) answers the
+// mutual hello with a challenge and a proof it cannot make: the client refuses it with a clear
+// error, and sends it nothing more (no proof to replay elsewhere, no request, no value).
+TEST(Auth, AClientRefusesAServerThatCannotProveTheToken) {
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  std::string hello, after;
+  std::thread fake([&] {
+    int c = ::accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    char buf[256];
+    while (hello.size() < 1 + auth::kNonceBytes) {
+      ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      hello.append(buf, static_cast<size_t>(n));
+    }
+    std::string answer(auth::kChallengeBytes, 'c');
+    answer += auth::prove_mutual("not-the-token-at-all", "server", hello.substr(1), answer);
+    ::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+    for (;;) {  // whatever the client sends before it closes
+      ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      after.append(buf, static_cast<size_t>(n));
+    }
+    ::close(c);
+  });
+  TcpStoreOptions o = client(ntohs(a.sin_port), "s3cret-token");
+  o.connect_timeout = 10s;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    TcpStore s(o);
+    FAIL() << "connected to a server that does not know the token";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("could not prove that it knows the store token"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);  // refused, not retried till timeout
+  fake.join();
+  ::close(listener);
+  ASSERT_EQ(hello.size(), 1 + auth::kNonceBytes);
+  EXPECT_EQ(static_cast<uint8_t>(hello[0]), auth::kHelloMutual);
+  EXPECT_EQ(after, "");
 }
 
 TEST(Auth, ClientsWithoutTheTokenAreClosedBeforeAnyRequest) {
@@ -121,12 +219,22 @@ TEST(Auth, ListedNetworksMaySkipTheToken) {
   EXPECT_EQ(ours.get("a"), "b");
 }
 
-TEST(Auth, OurTokenIsHarmlessToAServerWithoutOne) {
+// A server without a token cannot prove one: a client with a token refuses it (it could be
+// anyone's), while clients without one use it as before.
+TEST(Auth, AClientWithATokenRefusesAServerWithoutOne) {
   rdzv::StoreServerOptions o;
   o.host = "127.0.0.1";
   o.port = 0;
   rdzv::StoreServerThread server(o);
-  TcpStore s(client(server.port(), "whatever"));
+  try {
+    TcpStore s(client(server.port(), "whatever-token-16"));
+    FAIL() << "a token holder used a server without the token";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("could not prove that it knows the store token"),
+              std::string::npos)
+        << e.what();
+  }
+  TcpStore s(client(server.port(), ""));
   s.set("k", "v");
   EXPECT_EQ(s.get("k"), "v");
 }

@@ -1,15 +1,18 @@
 // cohortd --data-dir: the log survives restarts and crashes; tagged writes run once however often
 // they are retried.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "../common/subprocess.h"
+#include "cohort/error.h"
 #include "cohort/rdzv/server.h"
 #include "cohort/rdzv/tcp_store.h"
 #include "hex.h"
@@ -222,6 +225,95 @@ TEST_F(PersistenceTest, TheLogIsCompactedWhenItOutgrowsTheData) {
   EXPECT_EQ(*state.get("later"), "x");
 }
 
+// The compaction's child writes the state as of the fork; writes made meanwhile, appended to the
+// old log, are carried into the new one. A child that dies leaves the old log as it was.
+TEST_F(PersistenceTest, WritesMadeWhileTheChildCompactsReachTheNewLog) {
+  NoListener listener;
+  const std::string big(4096, 'v');
+  auto wait_for_child = [](const StoreLog& log) {
+    pollfd p{log.compaction_fd(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 30000), 1);
+  };
+  {
+    StoreState state(&listener, 0);
+    StoreLog log(dir_, &state, FsyncPolicy::kNever);
+    for (int i = 0; i < 1000; ++i) state.set("same", big + std::to_string(i));
+    // A child killed at work: the compaction is abandoned, nothing lost, no file left.
+    ASSERT_TRUE(log.start_compaction());
+    state.set("meanwhile0", "m0");
+    ASSERT_TRUE(log.compacting());
+    ASSERT_GT(log.compaction_child(), 0);
+    ::kill(log.compaction_child(), SIGKILL);
+    wait_for_child(log);  // its pipe closes
+    EXPECT_THROW(log.finish_compaction(), Error);
+    EXPECT_FALSE(log.compacting());
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/store.log.compact"));
+    EXPECT_GT(std::filesystem::file_size(dir_ + "/store.log"), 4000000u);
+    EXPECT_EQ(log.compactions(), 0u);
+    // The next look compacts (the log grew since the last look).
+    ASSERT_TRUE(log.start_compaction());
+    for (int i = 0; i < 100; ++i)
+      state.set("meanwhile" + std::to_string(i), "m" + std::to_string(i));
+    state.append("same", "+tail");
+    state.delete_key("meanwhile1");
+    wait_for_child(log);
+    state.set("after_child", "a");  // after the child's last copy: the loop copies it
+    ASSERT_TRUE(log.finish_compaction());
+    EXPECT_FALSE(log.compacting());
+    EXPECT_EQ(log.compactions(), 1u);
+    EXPECT_LT(std::filesystem::file_size(dir_ + "/store.log"), 20000u);
+    EXPECT_EQ(std::filesystem::file_size(dir_ + "/store.log"), log.size());
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/store.log.compact"));
+    state.set("later", "x");
+  }
+  StoreState state(&listener, 0);
+  StoreLog log(dir_, &state, FsyncPolicy::kNever);
+  EXPECT_EQ(*state.get("same"), big + "999+tail");
+  EXPECT_EQ(state.get("meanwhile1"), nullptr);
+  for (int i = 0; i < 100; ++i)
+    if (i != 1) {
+      EXPECT_EQ(*state.get("meanwhile" + std::to_string(i)), "m" + std::to_string(i));
+    }
+  EXPECT_EQ(*state.get("after_child"), "a");
+  EXPECT_EQ(*state.get("later"), "x");
+}
+
+int threads_named(const std::string& name) {
+  int n = 0;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(t.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) ++n;
+  }
+  return n;
+}
+
+size_t open_descriptors() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+TEST_F(PersistenceTest, TheIntervalSyncRunsOnAThreadOfItsOwnAndLeavesNoDescriptor) {
+  NoListener listener;
+  StoreState state(&listener, 0);
+  StoreLog log(dir_, &state, FsyncPolicy::kInterval);
+  const size_t fds = open_descriptors();
+  log.sync_in_background();  // nothing written: nothing to do, no thread
+  EXPECT_EQ(log.background_syncs(), 0u);
+  EXPECT_EQ(threads_named("cohortd-fsync"), 0);
+  for (unsigned long round = 1; round <= 3; ++round) {
+    state.set("k" + std::to_string(round), std::string(1 << 20, 'v'));
+    log.sync_in_background();
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (log.background_syncs() < round && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    ASSERT_EQ(log.background_syncs(), round);
+  }
+  EXPECT_EQ(threads_named("cohortd-fsync"), 1);
+  EXPECT_EQ(open_descriptors(), fds);  // each sync's duplicate descriptor closed
+}
+
 TEST_F(PersistenceTest, AppendsAreJournaledAsDeltas) {
   NoListener listener;
   const std::string kib(1024, 'a');
@@ -330,6 +422,51 @@ TEST_F(PersistenceTest, AnUntaggedMultiSetIsOneRecordKeptWholeOrNotAtAll) {
   EXPECT_EQ(state.get("a"), nullptr);
   EXPECT_EQ(state.get("b"), nullptr);
   EXPECT_EQ(state.get("c"), nullptr);
+}
+
+// With the real log under each --fsync mode: when a watcher or a parked WAIT hears of a change,
+// its record is already in store.log (so a SIGKILL after that cannot lose what they acted on).
+// With --fsync always the record is also synced first: StoreLog::append_record() syncs before it
+// returns, and the state releases the held events only after that.
+TEST_F(PersistenceTest, WatchersAndWaitersHearOfAChangeOnlyOnceItIsInTheLogFile) {
+  struct SizeAtEvent : StoreListener {
+    std::string path;
+    std::vector<uintmax_t> sizes;
+    void on_wait_satisfied(SessionId) override {
+      sizes.push_back(std::filesystem::file_size(path));
+    }
+    void on_watch_event(SessionId, const WatchEvent&) override {
+      sizes.push_back(std::filesystem::file_size(path));
+    }
+  };
+  for (FsyncPolicy policy : {FsyncPolicy::kAlways, FsyncPolicy::kInterval, FsyncPolicy::kNever}) {
+    std::filesystem::remove_all(dir_);
+    SizeAtEvent listener;
+    listener.path = dir_ + "/store.log";
+    StoreState state(&listener, 0);
+    StoreLog log(dir_, &state, policy);
+    state.watch(1, "k");
+    std::vector<std::string_view> keys = {"k"};
+    ASSERT_EQ(state.wait(2, keys), StoreState::WaitResult::kParked);
+    const uintmax_t before = std::filesystem::file_size(listener.path);
+    state.set("k", "v");
+    ASSERT_EQ(listener.sizes.size(), 2u);  // the watcher, then the waiter
+    for (uintmax_t at_event : listener.sizes)
+      EXPECT_EQ(at_event, std::filesystem::file_size(listener.path))
+          << "told before the record was written (policy " << static_cast<int>(policy) << ")";
+    EXPECT_GT(listener.sizes[0], before);
+    // A MULTI_SET-like batch: told once the whole batch (one record) is written.
+    listener.sizes.clear();
+    state.begin_batch();
+    state.set("k", "v2");
+    state.set("other", "x");
+    EXPECT_TRUE(listener.sizes.empty());
+    const uintmax_t mid = std::filesystem::file_size(listener.path);
+    state.end_batch();
+    ASSERT_EQ(listener.sizes.size(), 1u);
+    EXPECT_GT(listener.sizes[0], mid);
+    EXPECT_EQ(listener.sizes[0], std::filesystem::file_size(listener.path));
+  }
 }
 
 TEST_F(PersistenceTest, ClientsCarryOnThroughASigkilledCohortdWithoutDoublingAnyAdd) {

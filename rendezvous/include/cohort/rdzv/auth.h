@@ -7,6 +7,19 @@
 //   server  <32 random bytes>       the challenge
 //   client  42 <32 bytes>           AUTH_PROOF = HMAC-SHA256(token, challenge || "cohort-auth-v1")
 //   server  01                      accepted (a wrong proof closes the connection)
+// libcohort's clients use the mutual form, in which the server proves knowledge of the token too,
+// before the client sends anything else (a server that cannot is refused):
+//   client  43 <32 random bytes>    AUTH_HELLO_MUTUAL with the client's nonce
+//   server  <32 random bytes>       the challenge, then
+//           <32 bytes>              HMAC-SHA256(token, "cohort-auth-v2 server" || nonce ||
+//           challenge)
+//   client  42 <32 bytes>           AUTH_PROOF = HMAC-SHA256(token, "cohort-auth-v2 client" ||
+//                                   nonce || challenge)
+//   server  01                      accepted
+// Both proofs cover both nonces and name their direction, so neither can be replayed to another
+// connection or reflected back. Without TLS there is no channel to bind to: the traffic after the
+// handshake is plaintext, and an attacker on the path can still take over an authenticated
+// connection; the handshake keeps away clients and servers that do not know the token.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +34,8 @@ inline constexpr uint8_t kProof = 0x42;
 inline constexpr uint8_t kAccepted = 0x01;
 inline constexpr size_t kChallengeBytes = 32;
 inline constexpr size_t kProofBytes = 32;
+inline constexpr uint8_t kHelloMutual = 0x43;
+inline constexpr size_t kNonceBytes = 32;
 
 // 32 bytes from the system's CSPRNG.
 std::string make_challenge();
@@ -28,6 +43,12 @@ std::string make_challenge();
 std::string prove(std::string_view token, std::string_view challenge);
 // Constant-time comparison of `proof` with the expected one.
 bool verify(std::string_view token, std::string_view challenge, std::string_view proof);
+// The mutual handshake's proofs: HMAC-SHA256(token, "cohort-auth-v2 " + role || nonce ||
+// challenge), role "server" or "client".
+std::string prove_mutual(std::string_view token, std::string_view role, std::string_view nonce,
+                         std::string_view challenge);
+// Constant-time comparison of two proofs.
+bool same_proof(std::string_view a, std::string_view b);
 
 // Reads a token file: its content without surrounding whitespace. Throws std::runtime_error
 // naming the file when it cannot be read or is empty.
