@@ -5,50 +5,35 @@
 namespace cohort::rdzv {
 namespace {
 
-// What follows the opcode byte.
-enum class Shape : uint8_t {
-  kNone,          // GETNUMKEYS, CANCEL_WAIT
-  kU32,           // VALIDATE magic, PING nonce
-  kKey,           // GET, WATCH_KEY, DELETE_KEY, QUEUE_POP, QUEUE_LEN
-  kKeyValue,      // SET, APPEND, QUEUE_PUSH
-  kKeyTwoValues,  // COMPARE_SET: key, expected, desired
-  kKeyDelta,      // ADD, BARRIER (the world size in place of the delta)
-  kKeyList,       // CHECK, WAIT, MULTI_GET
-  kPairList,      // MULTI_SET
-};
-
-constexpr int kNo = -1;
+constexpr int kNo = kNoOpcode;
+using Shape = RequestShape;
+using RS = ReplyShape;
+constexpr uint8_t kWrite = kMutates | kTaggable;
 
 // The command table: one row per Op, in Op order.
-struct CommandRow {
-  Op op;
-  std::string_view name;
-  int legacy_opcode;   // 1.13 / 2.0 numbering, kNo if absent
-  int current_opcode;  // VALIDATE-era numbering, kNo if absent
-  Shape shape;
-};
+using CommandRow = CommandInfo;
 
 constexpr std::array<CommandRow, 20> kCommands = {{
-    {Op::kValidate, "VALIDATE", kNo, 0, Shape::kU32},
-    {Op::kPing, "PING", kNo, 13, Shape::kU32},
-    {Op::kSet, "SET", 0, 1, Shape::kKeyValue},
-    {Op::kCompareSet, "COMPARE_SET", 1, 2, Shape::kKeyTwoValues},
-    {Op::kGet, "GET", 2, 3, Shape::kKey},
-    {Op::kAdd, "ADD", 3, 4, Shape::kKeyDelta},
-    {Op::kCheck, "CHECK", 4, 5, Shape::kKeyList},
-    {Op::kWait, "WAIT", 5, 6, Shape::kKeyList},
-    {Op::kGetNumKeys, "GETNUMKEYS", 6, 7, Shape::kNone},
-    {Op::kWatchKey, "WATCH_KEY", 7, kNo, Shape::kKey},
-    {Op::kDeleteKey, "DELETE_KEY", 8, 8, Shape::kKey},
-    {Op::kAppend, "APPEND", kNo, 9, Shape::kKeyValue},
-    {Op::kMultiGet, "MULTI_GET", kNo, 10, Shape::kKeyList},
-    {Op::kMultiSet, "MULTI_SET", kNo, 11, Shape::kPairList},
-    {Op::kCancelWait, "CANCEL_WAIT", kNo, 12, Shape::kNone},
-    {Op::kQueuePush, "QUEUE_PUSH", kNo, 14, Shape::kKeyValue},
-    {Op::kQueuePop, "QUEUE_POP", kNo, 15, Shape::kKey},
-    {Op::kQueueLen, "QUEUE_LEN", kNo, 16, Shape::kKey},
-    {Op::kListKeys, "LIST_KEYS", kNo, 17, Shape::kNone},
-    {Op::kBarrier, "BARRIER", kNo, 18, Shape::kKeyDelta},
+    {Op::kValidate, "VALIDATE", kNo, 0, Shape::kU32, RS::kNone, kLiveness},
+    {Op::kPing, "PING", kNo, 13, Shape::kU32, RS::kU32, kLiveness},
+    {Op::kSet, "SET", 0, 1, Shape::kKeyValue, RS::kNone, kWrite},
+    {Op::kCompareSet, "COMPARE_SET", 1, 2, Shape::kKeyTwoValues, RS::kBytes, kWrite},
+    {Op::kGet, "GET", 2, 3, Shape::kKey, RS::kBytes, 0},
+    {Op::kAdd, "ADD", 3, 4, Shape::kKeyDelta, RS::kI64, kWrite},
+    {Op::kCheck, "CHECK", 4, 5, Shape::kKeyList, RS::kU8, 0},
+    {Op::kWait, "WAIT", 5, 6, Shape::kKeyList, RS::kU8, kMayBlock},
+    {Op::kGetNumKeys, "GETNUMKEYS", 6, 7, Shape::kNone, RS::kI64, 0},
+    {Op::kWatchKey, "WATCH_KEY", 7, kNo, Shape::kKey, RS::kU8, 0},
+    {Op::kDeleteKey, "DELETE_KEY", 8, 8, Shape::kKey, RS::kI64, kWrite},
+    {Op::kAppend, "APPEND", kNo, 9, Shape::kKeyValue, RS::kNone, kWrite},
+    {Op::kMultiGet, "MULTI_GET", kNo, 10, Shape::kKeyList, RS::kBytesPerKey, 0},
+    {Op::kMultiSet, "MULTI_SET", kNo, 11, Shape::kPairList, RS::kNone, kWrite},
+    {Op::kCancelWait, "CANCEL_WAIT", kNo, 12, Shape::kNone, RS::kU8, kWhileWaiting},
+    {Op::kQueuePush, "QUEUE_PUSH", kNo, 14, Shape::kKeyValue, RS::kNone, kMutates},
+    {Op::kQueuePop, "QUEUE_POP", kNo, 15, Shape::kKey, RS::kQueueItem, kMutates},
+    {Op::kQueueLen, "QUEUE_LEN", kNo, 16, Shape::kKey, RS::kI64, 0},
+    {Op::kListKeys, "LIST_KEYS", kNo, 17, Shape::kNone, RS::kCountedList, 0},
+    {Op::kBarrier, "BARRIER", kNo, 18, Shape::kKeyDelta, RS::kU8, kMutates | kMayBlock},
 }};
 
 constexpr bool table_in_op_order() {
@@ -145,6 +130,10 @@ std::string_view op_name(Op op) {
   return row(op).name;
 }
 
+const CommandInfo& command_info(Op op) {
+  return row(op);
+}
+
 std::optional<Op> op_from_wire(Dialect d, uint8_t opcode) {
   int v = d == Dialect::kLegacy ? kIndex.legacy[opcode] : kIndex.current[opcode];
   if (v == kNo) return std::nullopt;
@@ -181,7 +170,7 @@ DecodeResult decode_request(Dialect d, std::span<const uint8_t> in, const Limits
   }
   req->op = *op;
   DecodeResult res;
-  switch (row(*op).shape) {
+  switch (row(*op).request) {
     case Shape::kNone:
       break;
     case Shape::kU32:
@@ -223,7 +212,7 @@ DecodeResult decode_request(Dialect d, std::span<const uint8_t> in, const Limits
 void encode_request(Dialect d, const Request& req, std::string* out) {
   const CommandRow& cmd = row(req.op);
   put_u8(out, static_cast<uint8_t>(opcode_of(d, cmd)));
-  switch (cmd.shape) {
+  switch (cmd.request) {
     case Shape::kNone:
       break;
     case Shape::kU32:
@@ -257,6 +246,105 @@ void encode_request(Dialect d, const Request& req, std::string* out) {
       }
       break;
   }
+}
+
+void encode_reply(const Reply& reply, std::string* out) {
+  switch (row(reply.op).reply) {
+    case ReplyShape::kNone:
+      break;
+    case ReplyShape::kU8:
+      put_u8(out, reply.code);
+      break;
+    case ReplyShape::kU32:
+      put_u32(out, reply.u32);
+      break;
+    case ReplyShape::kI64:
+      put_i64(out, reply.number);
+      break;
+    case ReplyShape::kBytes:
+      put_bytes(out, reply.values.at(0));
+      break;
+    case ReplyShape::kBytesPerKey:
+      for (std::string_view v : reply.values) put_bytes(out, v);
+      break;
+    case ReplyShape::kCountedList:
+      put_i64(out, reply.number);
+      for (std::string_view v : reply.values) put_bytes(out, v);
+      break;
+    case ReplyShape::kQueueItem:
+      put_i64(out, reply.number);
+      if (reply.number > 0) put_bytes(out, reply.values.at(0));
+      break;
+  }
+}
+
+namespace {
+
+DecodeResult reply_needs(size_t n) {
+  return {DecodeStatus::kNeedMore, n, {}};
+}
+
+// Reads `n` byte strings into out->values; on failure fills *res and returns false.
+bool read_reply_strings(WireReader& r, uint64_t n, uint64_t max, Reply* out, DecodeResult* res) {
+  for (uint64_t i = 0; i < n; ++i) {
+    std::string_view v;
+    bool too_long = false;
+    if (r.bytes(&v, max, &too_long)) {
+      out->values.push_back(v);
+      continue;
+    }
+    uint64_t len = 0;
+    WireReader peek = r;
+    if (!peek.u64(&len)) {
+      *res = reply_needs(r.pos() + 8);
+    } else if (too_long) {
+      *res = bad("reply announces " + std::to_string(len) + " bytes");
+    } else {
+      *res = reply_needs(r.pos() + 8 + static_cast<size_t>(len));
+    }
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+DecodeResult decode_reply(Op op, size_t keys, std::span<const uint8_t> in, Reply* out,
+                          uint64_t max_bytes) {
+  out->clear(op);
+  WireReader r(in);
+  DecodeResult res;
+  switch (row(op).reply) {
+    case ReplyShape::kNone:
+      break;
+    case ReplyShape::kU8:
+      if (!r.u8(&out->code)) return reply_needs(1);
+      break;
+    case ReplyShape::kU32:
+      if (!r.u32(&out->u32)) return reply_needs(4);
+      break;
+    case ReplyShape::kI64:
+      if (!r.i64(&out->number)) return reply_needs(8);
+      break;
+    case ReplyShape::kBytes:
+      if (!read_reply_strings(r, 1, max_bytes, out, &res)) return res;
+      break;
+    case ReplyShape::kBytesPerKey:
+      if (!read_reply_strings(r, keys, max_bytes, out, &res)) return res;
+      break;
+    case ReplyShape::kCountedList:
+      if (!r.i64(&out->number)) return reply_needs(8);
+      if (out->number < 0 || static_cast<uint64_t>(out->number) > max_bytes)
+        return bad("reply announces " + std::to_string(out->number) + " strings");
+      if (!read_reply_strings(r, static_cast<uint64_t>(out->number), max_bytes, out, &res))
+        return res;
+      break;
+    case ReplyShape::kQueueItem:
+      if (!r.i64(&out->number)) return reply_needs(8);
+      if (out->number > 0 && !read_reply_strings(r, 1, max_bytes, out, &res)) return res;
+      break;
+  }
+  return {DecodeStatus::kComplete, r.pos(), {}};
 }
 
 }  // namespace cohort::rdzv

@@ -19,11 +19,17 @@ ProtocolHandler::ProtocolHandler(StoreState& state, const StoreServerOptions& op
                                  bool must_authenticate)
     : state_(state), options_(options), id_(id), must_authenticate_(must_authenticate) {}
 
-void ProtocolHandler::refuse_unauthenticated() {
-  refused_unauthenticated_ = true;
-  close_reason_ =
+bool ProtocolHandler::reject(std::string why, bool unauthenticated) {
+  close_reason_ = std::move(why);
+  if (unauthenticated) refused_unauthenticated_ = true;
+  return false;
+}
+
+bool ProtocolHandler::refuse_unauthenticated() {
+  return reject(
       "unauthenticated connection refused: this cohortd requires its token (clients from "
-      "--allow-unauthenticated-from networks excepted)";
+      "--allow-unauthenticated-from networks excepted)",
+      /*unauthenticated=*/true);
 }
 
 bool ProtocolHandler::authenticate(bool* need_more) {
@@ -52,8 +58,7 @@ bool ProtocolHandler::authenticate(bool* need_more) {
             return true;
           }
         }
-        refuse_unauthenticated();
-        return false;
+        return refuse_unauthenticated();
       }
       if (p[0] == auth::kHelloMutual) {  // the server proves the token first (auth.h)
         if (n < 1 + auth::kNonceBytes) {
@@ -82,9 +87,7 @@ bool ProtocolHandler::authenticate(bool* need_more) {
             : auth::same_proof(proof, auth::prove_mutual(options_.auth_token, "client",
                                                          client_nonce_, challenge_));
     if (p[0] != auth::kProof || (!options_.auth_token.empty() && !right)) {
-      refused_unauthenticated_ = true;
-      close_reason_ = "authentication failed: wrong token";
-      return false;
+      return reject("authentication failed: wrong token", /*unauthenticated=*/true);
     }
     begin_ += 1 + auth::kProofBytes;
     put_u8(&out_, auth::kAccepted);
@@ -123,116 +126,129 @@ void ProtocolHandler::commit(size_t n) {
 }
 
 bool ProtocolHandler::process() {
+  // The token handshake, when one is owed, comes before any request.
   if (auth_state_ != AuthState::kDone) {
     bool need_more = false;
     if (!authenticate(&need_more)) return false;
     if (need_more) return true;
   }
   while (begin_ < end_) {
-    std::span<const uint8_t> pending(in_.get() + begin_, end_ - begin_);
-    if (!dialect_known_) {
-      DetectStatus d = detect_dialect(pending);
-      if (d == DetectStatus::kNeedMore) break;
-      dialect_ = d == DetectStatus::kCurrent ? Dialect::kCurrent : Dialect::kLegacy;
-      dialect_known_ = true;
-    }
-    if (waiting_ && dialect_ == Dialect::kCurrent) {
-      auto op = op_from_wire(dialect_, pending[0]);
-      if (!op || *op != Op::kCancelWait) break;  // held until the wait ends
-    }
-    // Backpressure: resumes when the client reads its replies.
-    if (out_.size() + unsent_elsewhere_ >= options_.max_unsent_bytes) break;
-    // A tagged write: run once per (client, request), however often it is sent.
-    uint64_t tag_client = 0, tag_request = 0;
-    bool tagged = pending[0] == kTaggedOpcode;
-    if (tagged) {
-      WireReader r(pending);
-      uint8_t opcode;
-      if (!r.u8(&opcode) || !r.u64(&tag_client) || !r.u64(&tag_request)) break;
-      pending = pending.subspan(kTagBytes);
-    }
-    DecodeResult res = decode_request(dialect_, pending, options_.limits, &req_);
-    if (res.status == DecodeStatus::kNeedMore) {
-      if (pending.size() > options_.max_request_bytes) {
-        close_reason_ = "request of more than " + std::to_string(options_.max_request_bytes) +
-                        " bytes exceeds --max-request-bytes";
-        return false;
-      }
-      break;
-    }
-    if (res.status == DecodeStatus::kBad) {
-      close_reason_ = res.error;
-      return false;
-    }
-    if (waiting_) {
-      // The 1.13 dialect: it has no CANCEL_WAIT, and its client sends nothing behind a WAIT, so
-      // a whole request now means the WAIT timed out at the client. PyTorch's daemon answers
-      // it; so do we, and the dead wait goes without a reply.
-      state_.cancel_wait(id_);
-      waiting_ = false;
-    }
-    if (liveness_only_ && req_.op != Op::kValidate && req_.op != Op::kPing) {
-      refuse_unauthenticated();
-      return false;
-    }
-    if (tagged) {
-      static constexpr Op kWrites[] = {Op::kSet,       Op::kCompareSet, Op::kAdd,
-                                       Op::kDeleteKey, Op::kAppend,     Op::kMultiSet};
-      if (std::find(std::begin(kWrites), std::end(kWrites), req_.op) == std::end(kWrites)) {
-        close_reason_ = "a tagged request must be a write, not " + std::string(op_name(req_.op));
-        return false;
-      }
-      begin_ += kTagBytes + res.consumed;
-      if (const std::string* cached = state_.cached_reply(tag_client, tag_request)) {
-        ++requests_;
-        out_.append(*cached);  // a retry: the write already happened
-        continue;
-      }
-      const size_t reply_start = out_.size();
-      std::string notifications;
-      notifications_aside_ = &notifications;
-      state_.begin_batch();
-      bool keep = dispatch(req_);
-      if (keep) state_.remember_reply(tag_client, tag_request, out_.substr(reply_start));
-      state_.end_batch();  // held notifications are delivered here, still set aside
-      notifications_aside_ = nullptr;
-      // The watch notifications this write caused go where an untagged write puts them, before
-      // its reply (the write happens, then it is answered); they were set aside only so that the
-      // remembered reply is the reply alone.
-      out_.insert(reply_start, notifications);
-      if (!keep) return false;
-      continue;
-    }
-    bool keep = dispatch(req_);
-    begin_ += res.consumed;
-    if (!keep) return false;
+    Framed f;
+    const Step step = next_request(&f);
+    if (step == Step::kClose) return false;
+    if (step == Step::kHold) break;
+    if (!admit(f) || !run(f)) return false;
   }
   if (begin_ == end_) begin_ = end_ = 0;
   return true;
 }
 
+ProtocolHandler::Step ProtocolHandler::next_request(Framed* f) {
+  std::span<const uint8_t> pending(in_.get() + begin_, end_ - begin_);
+  // 1. The dialect, told once from the connection's first bytes.
+  if (!dialect_known_) {
+    DetectStatus d = detect_dialect(pending);
+    if (d == DetectStatus::kNeedMore) return Step::kHold;
+    dialect_ = d == DetectStatus::kCurrent ? Dialect::kCurrent : Dialect::kLegacy;
+    dialect_known_ = true;
+  }
+  // 2. Behind a parked WAIT only CANCEL_WAIT runs; the rest is held until the wait ends.
+  if (waiting_ && dialect_ == Dialect::kCurrent) {
+    auto op = op_from_wire(dialect_, pending[0]);
+    if (!op || !command_info(*op).has(kWhileWaiting)) return Step::kHold;
+  }
+  // 3. Backpressure: resumes when the client reads its replies.
+  if (out_.size() + unsent_elsewhere_ >= options_.max_unsent_bytes) return Step::kHold;
+  // 4. A tagged write's tag: it runs once per (client, request), however often it is sent.
+  f->tagged = pending[0] == kTaggedOpcode;
+  if (f->tagged) {
+    WireReader r(pending);
+    uint8_t opcode;
+    if (!r.u8(&opcode) || !r.u64(&f->client) || !r.u64(&f->request)) return Step::kHold;
+    pending = pending.subspan(kTagBytes);
+  }
+  // 5. The request, whole and within the limits.
+  DecodeResult res = decode_request(dialect_, pending, options_.limits, &req_);
+  if (res.status == DecodeStatus::kNeedMore) {
+    if (pending.size() > options_.max_request_bytes) {
+      reject("request of more than " + std::to_string(options_.max_request_bytes) +
+             " bytes exceeds --max-request-bytes");
+      return Step::kClose;
+    }
+    return Step::kHold;
+  }
+  if (res.status == DecodeStatus::kBad) {
+    reject(res.error);
+    return Step::kClose;
+  }
+  f->bytes = (f->tagged ? kTagBytes : 0) + res.consumed;
+  return Step::kRun;
+}
+
+bool ProtocolHandler::admit(const Framed& f) {
+  if (waiting_) {
+    // The 1.13 dialect: it has no CANCEL_WAIT, and its client sends nothing behind a WAIT, so
+    // a whole request now means the WAIT timed out at the client. PyTorch's daemon answers
+    // it; so do we, and the dead wait goes without a reply.
+    state_.cancel_wait(id_);
+    waiting_ = false;
+  }
+  if (liveness_only_ && !command_info(req_.op).has(kLiveness)) return refuse_unauthenticated();
+  if (f.tagged && !command_info(req_.op).has(kTaggable))
+    return reject("a tagged request must be a write, not " + std::string(op_name(req_.op)));
+  return true;
+}
+
+bool ProtocolHandler::run(const Framed& f) {
+  if (!f.tagged) {
+    bool keep = dispatch(req_);
+    begin_ += f.bytes;
+    return keep;
+  }
+  begin_ += f.bytes;
+  if (const std::string* cached = state_.cached_reply(f.client, f.request)) {
+    ++requests_;
+    out_.append(*cached);  // a retry: the write already happened
+    return true;
+  }
+  const size_t reply_start = out_.size();
+  std::string notifications;
+  notifications_aside_ = &notifications;
+  state_.begin_batch();
+  bool keep = dispatch(req_);
+  if (keep) state_.remember_reply(f.client, f.request, out_.substr(reply_start));
+  state_.end_batch();  // held notifications are delivered here, still set aside
+  notifications_aside_ = nullptr;
+  // The watch notifications this write caused go where an untagged write puts them, before its
+  // reply (the write happens, then it is answered); they were set aside only so that the
+  // remembered reply is the reply alone.
+  out_.insert(reply_start, notifications);
+  return keep;
+}
+
 bool ProtocolHandler::wake() {
   if (!waiting_) return false;
   waiting_ = false;
-  put_u8(&out_, kStopWaiting);
+  reply_.clear(Op::kWait);
+  reply_.code = kStopWaiting;
+  encode_reply(reply_, &out_);
   return begin_ < end_;
 }
 
-bool ProtocolHandler::answer_wait(StoreState::WaitResult r) {
+bool ProtocolHandler::answer_wait(StoreState::WaitResult r, bool* answered) {
   switch (r) {
     case StoreState::WaitResult::kReady:
-      put_u8(&out_, kStopWaiting);
+      reply_.code = kStopWaiting;
       return true;
     case StoreState::WaitResult::kParked:
       waiting_ = true;
+      *answered = false;  // STOP_WAITING comes from wake()
       return true;
     case StoreState::WaitResult::kTooManyWaiters:
-      close_reason_ =
-          "parked waits exceed --max-waiters (" + std::to_string(options_.max_waiters) + ")";
-      return false;
+      return reject("parked waits exceed --max-waiters (" + std::to_string(options_.max_waiters) +
+                    ")");
     case StoreState::WaitResult::kNotACounter:  // only a BARRIER counts
-      close_reason_ = "BARRIER on a key whose value is not a decimal integer";
-      return false;
+      return reject("BARRIER on a key whose value is not a decimal integer");
   }
   return true;
 }
@@ -240,115 +256,108 @@ bool ProtocolHandler::answer_wait(StoreState::WaitResult r) {
 bool ProtocolHandler::dispatch(const Request& req) {
   ++requests_;
   StoreState& st = state_;
-  std::string* why = &close_reason_;
+  Reply& reply = reply_;
+  reply.clear(req.op);
+  bool answered = true;  // false while a WAIT or BARRIER is parked
+  std::string owned;     // a value the reply refers to that nothing else holds
   switch (req.op) {
     case Op::kValidate:
       if (req.u32 != kValidationMagic) {
-        *why = "VALIDATE with a wrong magic number";
-        return false;
+        return reject("VALIDATE with a wrong magic number");
       }
-      return true;
+      break;
     case Op::kPing:
-      put_u32(&out_, req.u32);
-      return true;
+      reply.u32 = req.u32;
+      break;
     case Op::kSet:
       st.set(req.keys[0], req.values[0]);
-      return true;
+      break;
     case Op::kCompareSet:
-      put_bytes(&out_, st.compare_set(req.keys[0], req.values[0], req.values[1]));
-      return true;
+      owned = st.compare_set(req.keys[0], req.values[0], req.values[1]);
+      reply.values.push_back(owned);
+      break;
     case Op::kGet: {
       const std::string* v = st.get(req.keys[0]);
       if (v == nullptr) {
         // The 1.13 daemon throws and drops the connection; the libuv daemon answers empty.
         if (dialect_ == Dialect::kLegacy) {
-          *why = "GET of a missing key";
-          return false;
+          return reject("GET of a missing key");
         }
-        put_bytes(&out_, {});
+        reply.values.emplace_back();
       } else {
-        put_bytes(&out_, *v);
+        reply.values.push_back(*v);
       }
-      return true;
+      break;
     }
-    case Op::kAdd: {
-      int64_t sum;
-      if (!st.add(req.keys[0], req.delta, &sum)) {
-        *why = "ADD on a key whose value is not a decimal integer";
-        return false;
+    case Op::kAdd:
+      if (!st.add(req.keys[0], req.delta, &reply.number)) {
+        return reject("ADD on a key whose value is not a decimal integer");
       }
-      put_i64(&out_, sum);
-      return true;
-    }
+      break;
     case Op::kCheck:
-      put_u8(&out_, st.check(req.keys) ? kCheckReady : kCheckNotReady);
-      return true;
+      reply.code = st.check(req.keys) ? kCheckReady : kCheckNotReady;
+      break;
     case Op::kWait:
-      return answer_wait(st.wait(id_, req.keys));
+      if (!answer_wait(st.wait(id_, req.keys), &answered)) return false;
+      break;
     case Op::kBarrier:
-      return answer_wait(st.barrier(id_, req.keys[0], req.delta));
-    case Op::kListKeys: {
+      if (!answer_wait(st.barrier(id_, req.keys[0], req.delta), &answered)) return false;
+      break;
+    case Op::kListKeys:
       // Sorted, so that the same store lists the same way (PyTorch's order is its hash map's).
-      std::vector<std::string_view> keys;
-      keys.reserve(static_cast<size_t>(st.num_keys()));
-      st.for_each_key([&](std::string_view k) { keys.push_back(k); });
-      std::sort(keys.begin(), keys.end());
-      put_i64(&out_, static_cast<int64_t>(keys.size()));
-      for (std::string_view k : keys) put_bytes(&out_, k);
-      return true;
-    }
+      reply.values.reserve(static_cast<size_t>(st.num_keys()));
+      st.for_each_key([&](std::string_view k) { reply.values.push_back(k); });
+      std::sort(reply.values.begin(), reply.values.end());
+      reply.number = static_cast<int64_t>(reply.values.size());
+      break;
     case Op::kCancelWait:
       st.cancel_wait(id_);
       waiting_ = false;
-      put_u8(&out_, kWaitCanceled);
-      return true;
+      reply.code = kWaitCanceled;
+      break;
     case Op::kGetNumKeys:
-      put_i64(&out_, st.num_keys());
-      return true;
+      reply.number = st.num_keys();
+      break;
     case Op::kWatchKey:
       st.watch(id_, req.keys[0]);
       watching_ = true;
-      put_u8(&out_, kWatchRegistered);
-      return true;
+      reply.code = kWatchRegistered;
+      break;
     case Op::kDeleteKey:
-      put_i64(&out_, st.delete_key(req.keys[0]) ? 1 : 0);
-      return true;
+      reply.number = st.delete_key(req.keys[0]) ? 1 : 0;
+      break;
     case Op::kAppend:
       st.append(req.keys[0], req.values[0]);
-      return true;
+      break;
     case Op::kMultiGet:
       for (auto k : req.keys) {
         const std::string* v = st.get(k);
         if (v == nullptr && dialect_ == Dialect::kLegacy) {
-          *why = "MULTI_GET of a missing key";
-          return false;
+          return reject("MULTI_GET of a missing key");
         }
-        put_bytes(&out_, v ? std::string_view(*v) : std::string_view());
+        reply.values.push_back(v ? std::string_view(*v) : std::string_view());
       }
-      return true;
+      break;
     case Op::kMultiSet:
       // One batch, so one log record: a crash keeps all of it or none (and waiters and watchers
       // hear of it once it is logged).
       st.begin_batch();
       for (size_t i = 0; i < req.keys.size(); ++i) st.set(req.keys[i], req.values[i]);
       st.end_batch();
-      return true;
+      break;
     case Op::kQueuePush:
       st.queue_push(req.keys[0], req.values[0]);
-      return true;
-    case Op::kQueuePop: {
-      std::string value;
-      int64_t len = st.queue_pop(req.keys[0], &value);
-      put_i64(&out_, len);
-      if (len > 0) put_bytes(&out_, value);
-      return true;
-    }
+      break;
+    case Op::kQueuePop:
+      reply.number = st.queue_pop(req.keys[0], &owned);
+      if (reply.number > 0) reply.values.push_back(owned);
+      break;
     case Op::kQueueLen:
-      put_i64(&out_, st.queue_len(req.keys[0]));
-      return true;
+      reply.number = st.queue_len(req.keys[0]);
+      break;
   }
-  *why = "unhandled command";
-  return false;
+  if (answered) encode_reply(reply, &out_);
+  return true;
 }
 
 }  // namespace cohort::rdzv

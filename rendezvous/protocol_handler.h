@@ -15,10 +15,22 @@
 #include <vector>
 
 #include "cohort/rdzv/codec.h"
-#include "cohort/rdzv/server.h"
+#include "cohort/rdzv/server_options.h"
 #include "store_state.h"
 
 namespace cohort::rdzv {
+
+// PyTorch 1.13's watch notification, sent unsolicited on its callback connection: u8 type, then
+// the key, the old value and the new value as byte strings. Appends it to `out`.
+inline void encode_watch_notification(const WatchEvent& e, std::string* out) {
+  put_u8(out, e.type);
+  put_bytes(out, e.key);
+  put_bytes(out, e.old_value);
+  put_bytes(out, e.new_value);
+}
+inline size_t watch_notification_size(const WatchEvent& e) {
+  return 1 + 3 * 8 + e.key.size() + e.old_value.size() + e.new_value.size();
+}
 
 class ProtocolHandler {
  public:
@@ -39,9 +51,9 @@ class ProtocolHandler {
   // The parked WAIT is satisfied: appends STOP_WAITING. Returns true when requests that arrived
   // meanwhile are buffered (call process() again, on a later turn of the loop).
   bool wake();
-  // Appends unsolicited bytes (a 1.13 watch notification).
-  void deliver(std::string_view bytes) {
-    (notifications_aside_ ? *notifications_aside_ : out_).append(bytes);
+  // Appends a 1.13 watch notification (unsolicited).
+  void deliver(const WatchEvent& event) {
+    encode_watch_notification(event, notifications_aside_ ? notifications_aside_ : &out_);
   }
 
   // Replies not yet sent. The caller moves them out (swap) and sends them.
@@ -67,8 +79,27 @@ class ProtocolHandler {
   void set_unsent_elsewhere(size_t n) { unsent_elsewhere_ = n; }
 
  private:
+  // process() runs each request through ordered guards: next_request() (dialect, held behind a
+  // WAIT, backpressure, tag, decode and limits), admit() (a timed-out 1.13 WAIT, liveness-only
+  // clients, tagged writes only), then run() (once per tag) and dispatch(). Every refusal goes
+  // through reject().
+  enum class Step { kRun, kHold, kClose };
+  struct Framed {
+    size_t bytes = 0;  // of the request, its tag included
+    bool tagged = false;
+    uint64_t client = 0, request = 0;  // the tag
+  };
+  // Decodes the next buffered request into req_: kHold when it must wait (incomplete, held
+  // behind a WAIT, output backed up), kClose (close_reason_ set) when the connection must close.
+  Step next_request(Framed* f);
+  // The checks on a whole request before it runs; false when the connection must close.
+  bool admit(const Framed& f);
+  // Runs req_ (a tagged write once per tag) and consumes its bytes; false when it must close.
+  bool run(const Framed& f);
   // Executes one request; false when the connection must close.
   bool dispatch(const Request& req);
+  // Sets close_reason_ (and refused_unauthenticated_) and returns false.
+  bool reject(std::string why, bool unauthenticated = false);
 
   StoreState& state_;
   const StoreServerOptions& options_;
@@ -87,9 +118,10 @@ class ProtocolHandler {
   // Runs the token handshake on buffered bytes; false when the connection must close. Sets
   // *need_more when it waits for bytes.
   bool authenticate(bool* need_more);
-  void refuse_unauthenticated();
-  // The reply to a WAIT or BARRIER; false (close_reason_ set) when the connection must close.
-  bool answer_wait(StoreState::WaitResult r);
+  bool refuse_unauthenticated();  // reject() for lack of authentication
+  // Fills reply_ for a WAIT or BARRIER (*answered = false when it parks); false (close_reason_
+  // set) when the connection must close.
+  bool answer_wait(StoreState::WaitResult r, bool* answered);
 
   enum class AuthState { kNone, kChallenged, kDone };
   const bool must_authenticate_;
@@ -106,6 +138,7 @@ class ProtocolHandler {
   uint64_t requests_ = 0;
   std::string close_reason_;
   Request req_;
+  Reply reply_;  // reused: its capacity stays
 };
 
 }  // namespace cohort::rdzv

@@ -173,9 +173,9 @@ class StoreServer::Impl final : public SessionHost,
     auto it = sessions_.find(id);
     if (it != sessions_.end()) it->second->wake();
   }
-  void on_watch_event(SessionId id, std::string_view msg) override {
+  void on_watch_event(SessionId id, const WatchEvent& event) override {
     auto it = sessions_.find(id);
-    if (it != sessions_.end()) it->second->deliver(msg);
+    if (it != sessions_.end()) it->second->deliver(event);
   }
 
  private:

@@ -195,13 +195,14 @@ void Session::wake() {
   }
 }
 
-void Session::deliver(std::string_view bytes) {
+void Session::deliver(const WatchEvent& event) {
   if (closed_ || overflowed_) return;
   const uint64_t bound = host_.options().max_unsent_bytes;
-  if (unsent() + bytes.size() > bound) {
+  const size_t bytes = watch_notification_size(event);
+  if (unsent() + bytes > bound) {
     overflowed_ = true;
     const std::string reason =
-        std::to_string(unsent() + bytes.size()) + " bytes unsent would pass --max-unsent-bytes (" +
+        std::to_string(unsent() + bytes) + " bytes unsent would pass --max-unsent-bytes (" +
         std::to_string(bound) + "): the client does not read what it is sent (watch notifications)";
     std::string().swap(handler_.output());  // never sent now: give the memory back at once
     account();
@@ -210,7 +211,7 @@ void Session::deliver(std::string_view bytes) {
                [self = shared_from_this(), reason] { self->close(reason, true); });
     return;
   }
-  handler_.deliver(bytes);
+  handler_.deliver(event);
   account();
   // Sent on a later turn: this may run inside this very session's request, whose reply the
   // handler has yet to put after the notification.

@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "cohort/rdzv/server.h"
+#include "cohort/rdzv/server_options.h"
 #include "protocol_handler.h"
 #include "store_state.h"
 
@@ -67,7 +67,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Sends unsolicited bytes (a 1.13 watch notification). Bytes that would take the connection
   // past --max-unsent-bytes are dropped and the connection is closed on a later turn of the loop
   // (this runs inside another client's write, while the state notifies).
-  void deliver(std::string_view bytes);
+  void deliver(const WatchEvent& event);
 
   // Replies and notifications not yet sent, plus requests read and not yet executed.
   size_t footprint() const { return unsent() + handler_.buffered_input(); }

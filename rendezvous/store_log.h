@@ -39,7 +39,7 @@
 #include <sys/types.h>
 
 #include "background_sync.h"
-#include "cohort/rdzv/server.h"
+#include "cohort/rdzv/server_options.h"
 #include "store_state.h"
 
 namespace cohort::rdzv {

@@ -257,17 +257,18 @@ void StoreState::wake(std::string_view key, bool only_one) {
 
 void StoreState::emit_wake(SessionId s) {
   if (hold_depth_ > 0) {
-    held_.push_back({s, true, {}});
+    held_.push_back({s, true, 0, {}, {}, {}});
   } else {
     listener_->on_wait_satisfied(s);
   }
 }
 
-void StoreState::emit_watch(SessionId s, const std::string& message) {
+void StoreState::emit_watch(SessionId s, const WatchEvent& event) {
   if (hold_depth_ > 0) {
-    held_.push_back({s, false, message});
+    held_.push_back({s, false, event.type, std::string(event.key), std::string(event.old_value),
+                     std::string(event.new_value)});
   } else {
-    listener_->on_watch_event(s, message);
+    listener_->on_watch_event(s, event);
   }
 }
 
@@ -280,7 +281,7 @@ void StoreState::release() {
     if (e.wake) {
       listener_->on_wait_satisfied(e.session);
     } else {
-      listener_->on_watch_event(e.session, e.message);
+      listener_->on_watch_event(e.session, {e.type, e.key, e.old_value, e.new_value});
     }
   }
 }
@@ -298,12 +299,8 @@ void StoreState::notify_watchers(std::string_view key, uint8_t type, std::string
   if (watchers_by_key_.empty()) return;
   auto it = watchers_by_key_.find(key);
   if (it == watchers_by_key_.end()) return;
-  std::string msg;
-  put_u8(&msg, type);
-  put_bytes(&msg, key);
-  put_bytes(&msg, old_value);
-  put_bytes(&msg, new_value);
-  for (SessionId s : it->second) emit_watch(s, msg);
+  const WatchEvent event{type, key, old_value, new_value};
+  for (SessionId s : it->second) emit_watch(s, event);
 }
 
 void StoreState::queue_push(std::string_view key, std::string_view value) {

@@ -20,13 +20,21 @@ namespace cohort::rdzv {
 
 using SessionId = uint64_t;
 
+// A change to a key that a 1.13 WATCH_KEY watches: kWatchCreated, kWatchUpdated or kWatchDeleted
+// (codec.h), the key, its old and its new value. Its wire form is the protocol handler's business
+// (encode_watch_notification, protocol_handler.h); the views are valid during the call only.
+struct WatchEvent {
+  uint8_t type;
+  std::string_view key, old_value, new_value;
+};
+
 class StoreListener {
  public:
   virtual ~StoreListener() = default;
   // Every key `session` waited for now exists: it must be sent STOP_WAITING.
   virtual void on_wait_satisfied(SessionId session) = 0;
-  // A key `session` watches (1.13 WATCH_KEY) changed; `notification` is the complete wire message.
-  virtual void on_watch_event(SessionId session, std::string_view notification) = 0;
+  // A key `session` watches (1.13 WATCH_KEY) changed.
+  virtual void on_watch_event(SessionId session, const WatchEvent& event) = 0;
 };
 
 // Heterogeneous lookup, so string_views from the codec need no copies.
@@ -169,11 +177,12 @@ class StoreState {
   };
   struct HeldEvent {
     SessionId session;
-    bool wake;  // on_wait_satisfied; else on_watch_event with `message`
-    std::string message;
+    bool wake;  // on_wait_satisfied; else on_watch_event with the rest
+    uint8_t type = 0;
+    std::string key, old_value, new_value;
   };
   void emit_wake(SessionId s);
-  void emit_watch(SessionId s, const std::string& message);
+  void emit_watch(SessionId s, const WatchEvent& event);
   // Ends one hold; the outermost tells the listener what was held, in order.
   void release();
 

@@ -214,4 +214,21 @@ std::string TcpConnection::read_bytes(Clock::time_point deadline, uint64_t max) 
   return s;
 }
 
+void TcpConnection::read_reply(rdzv::Op op, size_t keys, Clock::time_point deadline,
+                               rdzv::Reply* out, uint64_t max) {
+  size_t want = 1;
+  for (;;) {
+    fill(want, deadline);
+    std::span<const uint8_t> in(reinterpret_cast<const uint8_t*>(buf_.data() + pos_),
+                                buf_.size() - pos_);
+    rdzv::DecodeResult r = rdzv::decode_reply(op, keys, in, out, max);
+    if (r.status == rdzv::DecodeStatus::kComplete) {
+      pos_ += r.consumed;
+      return;
+    }
+    if (r.status == rdzv::DecodeStatus::kBad) throw ConnectionLost(r.error);
+    want = r.consumed;  // at least one byte more than buffered
+  }
+}
+
 }  // namespace cohort::detail

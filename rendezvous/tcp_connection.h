@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "cohort/rdzv/codec.h"
+
 namespace cohort::detail {
 
 using Clock = std::chrono::steady_clock;
@@ -47,6 +49,11 @@ class TcpConnection {
   std::string read_exact(size_t n, Clock::time_point deadline);
   // A u64-length-prefixed string; lengths above `max` are treated as a broken stream.
   std::string read_bytes(Clock::time_point deadline, uint64_t max = 1ull << 32);
+  // The reply to a request of `op` (with `keys` keys: MULTI_GET's reply has one string per key),
+  // decoded by rdzv::decode_reply. The views in *out point into this connection's buffer and stay
+  // valid until its next read. Byte strings longer than `max` are treated as a broken stream.
+  void read_reply(rdzv::Op op, size_t keys, Clock::time_point deadline, rdzv::Reply* out,
+                  uint64_t max = 1ull << 32);
 
  private:
   explicit TcpConnection(int fd) : fd_(fd) {}

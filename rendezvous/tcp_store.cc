@@ -34,6 +34,15 @@ class TcpStore::Connection {
  public:
   explicit Connection(TcpConnection c) : conn(std::move(c)) {}
   TcpConnection conn;
+  // The reply to a request of `op` (rdzv::decode_reply); its views point into conn's buffer,
+  // valid until the next read.
+  const rdzv::Reply& read(Op op, Clock::time_point deadline, size_t keys = 1) {
+    conn.read_reply(op, keys, deadline, &reply_);
+    return reply_;
+  }
+
+ private:
+  rdzv::Reply reply_;
 };
 
 namespace {
@@ -224,7 +233,7 @@ void TcpStore::handshake_locked(Connection& conn, Clock::time_point deadline) {
     conn.conn.send_all(hello, hs_deadline);
     uint32_t answer = 0;
     try {
-      answer = conn.conn.read_u32(first_answer);
+      answer = conn.read(Op::kPing, first_answer).u32;
     } catch (const ReplyTimeout&) {
       throw not_a_store("did not answer a TCPStore PING within " +
                         std::to_string(kFirstAnswerTimeout.count()) + " s");
@@ -232,7 +241,7 @@ void TcpStore::handshake_locked(Connection& conn, Clock::time_point deadline) {
     if (answer != nonce) throw not_a_store("answered a TCPStore PING with other bytes");
     if (probe == Probe::kNone) return;
     try {
-      conn.conn.read_i64(hs_deadline);
+      conn.read(probe == Probe::kTag ? Op::kDeleteKey : Op::kQueueLen, hs_deadline);
     } catch (const ConnectionLost&) {
       if (probe == Probe::kTag) {
         // It answered PING, then closed at the tag: not cohortd. Connect again and ask more.
@@ -315,7 +324,7 @@ std::string TcpStore::get(std::string_view key) {
     wait_locked(c, std::span<const std::string>(&k, 1), options_.timeout);
     c.conn.send_all(RequestBuilder(wire_dialect(options_.dialect)).op(Op::kGet).key(key).bytes(),
                     deadline);
-    return c.conn.read_bytes(deadline);
+    return std::string(c.read(Op::kGet, deadline).values[0]);
   });
 }
 
@@ -338,7 +347,7 @@ int64_t TcpStore::add(std::string_view key, int64_t delta) {
                             .delta(delta)
                             .bytes(),
                     deadline);
-    return c.conn.read_i64(deadline);
+    return c.read(Op::kAdd, deadline).number;
   });
 }
 
@@ -353,7 +362,7 @@ std::string TcpStore::compare_set(std::string_view key, std::string_view expecte
                             .value(desired)
                             .bytes(),
                     deadline);
-    return c.conn.read_bytes(deadline);
+    return std::string(c.read(Op::kCompareSet, deadline).values[0]);
   });
 }
 
@@ -363,7 +372,7 @@ bool TcpStore::check(std::span<const std::string> keys) {
         c.conn.send_all(
             RequestBuilder(wire_dialect(options_.dialect)).op(Op::kCheck).keys(keys).bytes(),
             deadline);
-        return c.conn.read_u8(deadline) == rdzv::kCheckReady;
+        return c.read(Op::kCheck, deadline).code == rdzv::kCheckReady;
       });
 }
 
@@ -373,7 +382,7 @@ void TcpStore::wait_locked(Connection& c, std::span<const std::string> keys,
   c.conn.send_all(RequestBuilder(d).op(Op::kWait).keys(keys).bytes(),
                   Clock::now() + std::chrono::seconds(30));
   try {
-    uint8_t r = c.conn.read_u8(Clock::now() + timeout);
+    uint8_t r = c.read(Op::kWait, Clock::now() + timeout).code;
     if (r != rdzv::kStopWaiting) throw ConnectionLost("unexpected WAIT reply " + std::to_string(r));
     return;
   } catch (const ReplyTimeout&) {
@@ -385,7 +394,7 @@ void TcpStore::wait_locked(Connection& c, std::span<const std::string> keys,
       auto cancel_deadline = Clock::now() + std::chrono::seconds(10);
       c.conn.send_all(RequestBuilder(d).op(Op::kCancelWait).bytes(), cancel_deadline);
       for (;;) {
-        uint8_t r = c.conn.read_u8(cancel_deadline);
+        uint8_t r = c.read(Op::kCancelWait, cancel_deadline).code;  // or WAIT's STOP_WAITING
         if (r == rdzv::kWaitCanceled) break;
         if (r == rdzv::kStopWaiting) {
           satisfied_late = true;
@@ -417,7 +426,7 @@ bool TcpStore::delete_key(std::string_view key) {
     c.conn.send_all(
         RequestBuilder(wire_dialect(options_.dialect)).op(Op::kDeleteKey).key(key).bytes(),
         deadline);
-    return c.conn.read_i64(deadline) == 1;
+    return c.read(Op::kDeleteKey, deadline).number == 1;
   });
 }
 
@@ -425,7 +434,7 @@ int64_t TcpStore::num_keys() {
   return call(true, "num_keys", "", [&](Connection& c, Clock::time_point deadline) {
     c.conn.send_all(RequestBuilder(wire_dialect(options_.dialect)).op(Op::kGetNumKeys).bytes(),
                     deadline);
-    return c.conn.read_i64(deadline);
+    return c.read(Op::kGetNumKeys, deadline).number;
   });
 }
 
@@ -445,7 +454,13 @@ std::vector<std::string> TcpStore::multi_get(std::span<const std::string> keys) 
                 }
                 c.conn.send_all(bytes, deadline);
                 out.reserve(keys.size());
-                for (size_t i = 0; i < keys.size(); ++i) out.push_back(c.conn.read_bytes(deadline));
+                if (d == rdzv::Dialect::kCurrent) {
+                  for (std::string_view v : c.read(Op::kMultiGet, deadline, keys.size()).values)
+                    out.emplace_back(v);
+                } else {
+                  for (size_t i = 0; i < keys.size(); ++i)
+                    out.emplace_back(c.read(Op::kGet, deadline).values[0]);
+                }
                 return out;
               });
 }

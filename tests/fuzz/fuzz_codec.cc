@@ -9,8 +9,9 @@
 //     consumed bytes; cutting the last byte (or half) gives kNeedMore;
 //   - kBad consumes nothing and says why;
 //   - tightening the limits can only turn an answer into kBad (never into another request).
-// Plus detect_dialect on the first bytes. Seeds: tests/fuzz/corpus/codec/ (the PyTorch 1.13
-// captures of docs/PROTOCOL.md §1.6, 2.x handshakes and requests).
+// Plus detect_dialect on the first bytes, and the same bytes as a reply (decode_reply). Seeds:
+// tests/fuzz/corpus/codec/ (the PyTorch 1.13 captures of docs/PROTOCOL.md §1.6, 2.x handshakes and
+// requests).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -154,6 +155,39 @@ void decode_stream(Dialect d, std::span<const uint8_t> data) {
   }
 }
 
+// The same bytes read as a server-to-client reply: the first byte picks the command and its key
+// count (MULTI_GET), the rest is the reply. kComplete is canonical (re-encoding gives the consumed
+// bytes) and its views lie inside them; kNeedMore asks for more than was given; kBad says why.
+void decode_replies(std::span<const uint8_t> data) {
+  if (data.empty()) return;
+  const Op op = static_cast<Op>(data[0] % (static_cast<int>(Op::kBarrier) + 1));
+  const size_t keys = data[0] >> 5;
+  std::span<const uint8_t> in = data.subspan(1);
+  Reply reply;
+  for (uint64_t max : {uint64_t{64}, uint64_t{1} << 32}) {
+    DecodeResult r = decode_reply(op, keys, in, &reply, max);
+    if (r.status == DecodeStatus::kBad) {
+      COHORT_FUZZ_CHECK(!r.error.empty(), "bad reply without a reason");
+      continue;
+    }
+    if (r.status == DecodeStatus::kNeedMore) {
+      COHORT_FUZZ_CHECK(r.consumed > in.size(), "need more: %zu of %zu", r.consumed, in.size());
+      continue;
+    }
+    COHORT_FUZZ_CHECK(r.consumed <= in.size(), "reply consumed %zu of %zu", r.consumed, in.size());
+    for (auto v : reply.values) {
+      COHORT_FUZZ_CHECK(inside(v, in, r.consumed), "reply value outside the reply");
+      COHORT_FUZZ_CHECK(v.size() <= max, "reply value of %zu bytes", v.size());
+    }
+    std::string again;
+    encode_reply(reply, &again);
+    COHORT_FUZZ_CHECK(
+        again.size() == r.consumed && std::memcmp(again.data(), in.data(), r.consumed) == 0,
+        "re-encoded %s reply is %zu bytes, decoded from %zu", std::string(op_name(op)).c_str(),
+        again.size(), r.consumed);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -170,5 +204,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   decode_stream(Dialect::kLegacy, in);
   decode_stream(Dialect::kCurrent, in);
+  decode_replies(in);
   return 0;
 }

@@ -186,7 +186,7 @@ class Harness final : public StoreListener {
     told_.push_back(id);
     if (c->h->wake()) c->posted = true;  // Session posts process() to a later turn
   }
-  void on_watch_event(SessionId id, std::string_view msg) override {
+  void on_watch_event(SessionId id, const WatchEvent& event) override {
     Conn* c = find(id);
     COHORT_FUZZ_CHECK(c != nullptr, "watch event for session %llu, which is closed",
                       static_cast<unsigned long long>(id));
@@ -194,8 +194,10 @@ class Harness final : public StoreListener {
     // puts them in, in order, before its reply: each follows the one delivered before it.
     size_t at = c->stream_base + c->stream.size() + c->h->output().size();
     if (!c->notes.empty()) at = std::max(at, c->notes.back().offset + c->notes.back().bytes.size());
-    c->notes.push_back({at, std::string(msg)});
-    c->h->deliver(msg);
+    std::string msg;
+    encode_watch_notification(event, &msg);
+    c->notes.push_back({at, std::move(msg)});
+    c->h->deliver(event);
   }
 
   // ---- the clients ----

@@ -189,6 +189,100 @@ TEST(Codec, BothNumberingsMapTheSameCommands) {
   EXPECT_FALSE(wire_from_op(Dialect::kCurrent, Op::kWatchKey));
 }
 
+TEST(Codec, CommandTableFlags) {
+  // What the server relies on: exactly these writes may be tagged (their retries answered from
+  // the cache), only VALIDATE and PING are answered before authentication, only CANCEL_WAIT runs
+  // behind a parked WAIT.
+  std::vector<Op> taggable, liveness, while_waiting, blocking;
+  for (int i = 0; i <= static_cast<int>(Op::kBarrier); ++i) {
+    const CommandInfo& c = command_info(static_cast<Op>(i));
+    EXPECT_EQ(c.op, static_cast<Op>(i));
+    EXPECT_EQ(c.name, op_name(c.op));
+    if (c.has(kTaggable)) {
+      taggable.push_back(c.op);
+      EXPECT_TRUE(c.has(kMutates)) << c.name;
+    }
+    if (c.has(kLiveness)) liveness.push_back(c.op);
+    if (c.has(kWhileWaiting)) while_waiting.push_back(c.op);
+    if (c.has(kMayBlock)) blocking.push_back(c.op);
+  }
+  EXPECT_EQ(taggable, (std::vector<Op>{Op::kSet, Op::kCompareSet, Op::kAdd, Op::kDeleteKey,
+                                       Op::kAppend, Op::kMultiSet}));
+  EXPECT_EQ(liveness, (std::vector<Op>{Op::kValidate, Op::kPing}));
+  EXPECT_EQ(while_waiting, (std::vector<Op>{Op::kCancelWait}));
+  EXPECT_EQ(blocking, (std::vector<Op>{Op::kWait, Op::kBarrier}));
+  EXPECT_TRUE(command_info(Op::kWatchKey).in_dialect(Dialect::kLegacy));
+  EXPECT_FALSE(command_info(Op::kWatchKey).in_dialect(Dialect::kCurrent));
+  EXPECT_FALSE(command_info(Op::kMultiGet).in_dialect(Dialect::kLegacy));
+  EXPECT_EQ(command_info(Op::kGet).reply, ReplyShape::kBytes);
+  EXPECT_EQ(command_info(Op::kSet).reply, ReplyShape::kNone);
+}
+
+TEST(Codec, RepliesRoundTripForEveryCommand) {
+  for (int i = 0; i <= static_cast<int>(Op::kBarrier); ++i) {
+    const Op op = static_cast<Op>(i);
+    Reply reply;
+    reply.clear(op);
+    reply.code = kWatchRegistered;
+    reply.u32 = 0xdeadbeef;
+    reply.number = 2;
+    reply.values = {"/a", "yz"};
+    switch (command_info(op).reply) {
+      case ReplyShape::kBytes:
+      case ReplyShape::kQueueItem:
+        reply.values.resize(1);
+        break;
+      case ReplyShape::kNone:
+      case ReplyShape::kU8:
+      case ReplyShape::kU32:
+      case ReplyShape::kI64:
+        reply.values.clear();
+        break;
+      default:
+        break;
+    }
+    std::string bytes;
+    encode_reply(reply, &bytes);
+    Reply back;
+    auto r = decode_reply(op, 2, as_span(bytes), &back);
+    ASSERT_EQ(r.status, DecodeStatus::kComplete) << op_name(op);
+    EXPECT_EQ(r.consumed, bytes.size()) << op_name(op);
+    EXPECT_EQ(back.values, reply.values) << op_name(op);
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      r = decode_reply(op, 2, as_span(bytes.substr(0, n)), &back);
+      EXPECT_EQ(r.status, DecodeStatus::kNeedMore) << op_name(op) << " cut at " << n;
+      EXPECT_GT(r.consumed, n) << op_name(op) << " cut at " << n;
+      EXPECT_LE(r.consumed, bytes.size()) << op_name(op) << " cut at " << n;
+    }
+  }
+  // The bytes PyTorch's clients expect (docs/PROTOCOL.md §1.3).
+  Reply get;
+  get.clear(Op::kGet);
+  get.values = {"hi"};
+  std::string bytes;
+  encode_reply(get, &bytes);
+  EXPECT_EQ(hex(bytes),
+            "0200000000000000"
+            "6869");
+  Reply add;
+  add.clear(Op::kAdd);
+  add.number = -1;
+  bytes.clear();
+  encode_reply(add, &bytes);
+  EXPECT_EQ(hex(bytes), "ffffffffffffffff");
+}
+
+TEST(Codec, ReplyLengthsOverTheBoundAreBad) {
+  Reply back;
+  EXPECT_EQ(decode_reply(Op::kGet, 1, as_span(unhex("0500000000000000 6869")), &back, 4).status,
+            DecodeStatus::kBad);
+  auto r = decode_reply(Op::kGet, 1, as_span(unhex("0400000000000000 6869")), &back, 4);
+  EXPECT_EQ(r.status, DecodeStatus::kNeedMore);
+  EXPECT_EQ(r.consumed, 12u);  // the whole reply, asked for at once
+  EXPECT_EQ(decode_reply(Op::kListKeys, 0, as_span(unhex("ffffffffffffffff")), &back).status,
+            DecodeStatus::kBad);
+}
+
 TEST(Codec, CurrentDialectRoundTripsEveryCommand) {
   for (int opcode = 0; opcode <= 18; ++opcode) {
     auto op = op_from_wire(Dialect::kCurrent, static_cast<uint8_t>(opcode));

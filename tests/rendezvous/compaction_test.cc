@@ -30,7 +30,7 @@ constexpr int kBigKeys = kSanitized ? 64 : 200;
 
 struct NoListener : StoreListener {
   void on_wait_satisfied(SessionId) override {}
-  void on_watch_event(SessionId, std::string_view) override {}
+  void on_watch_event(SessionId, const WatchEvent&) override {}
 };
 
 std::string big_value(int i, int generation) {

@@ -30,7 +30,7 @@ using cohort::testing::unhex;
 
 struct NoListener : StoreListener {
   void on_wait_satisfied(SessionId) override {}
-  void on_watch_event(SessionId, std::string_view) override {}
+  void on_watch_event(SessionId, const WatchEvent&) override {}
 };
 
 class PersistenceTest : public ::testing::Test {
@@ -435,7 +435,7 @@ TEST_F(PersistenceTest, WatchersAndWaitersHearOfAChangeOnlyOnceItIsInTheLogFile)
     void on_wait_satisfied(SessionId) override {
       sizes.push_back(std::filesystem::file_size(path));
     }
-    void on_watch_event(SessionId, std::string_view) override {
+    void on_watch_event(SessionId, const WatchEvent&) override {
       sizes.push_back(std::filesystem::file_size(path));
     }
   };

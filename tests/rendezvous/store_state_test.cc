@@ -3,6 +3,7 @@
 
 #include "cohort/rdzv/codec.h"
 #include "hex.h"
+#include "protocol_handler.h"
 
 #include <gtest/gtest.h>
 
@@ -16,8 +17,11 @@ struct Recorder : StoreListener {
   std::vector<SessionId> woken;
   std::vector<std::pair<SessionId, std::string>> watch_events;
   void on_wait_satisfied(SessionId s) override { woken.push_back(s); }
-  void on_watch_event(SessionId s, std::string_view msg) override {
-    watch_events.emplace_back(s, std::string(msg));
+  void on_watch_event(SessionId s, const WatchEvent& e) override {
+    std::string msg;  // as the server sends it
+    encode_watch_notification(e, &msg);
+    EXPECT_EQ(msg.size(), watch_notification_size(e));
+    watch_events.emplace_back(s, std::move(msg));
   }
 };
 
@@ -232,7 +236,7 @@ struct OrderJournal : StoreState::Journal, StoreListener {
     if (--depth == 0) history.push_back("logged batch");
   }
   void on_wait_satisfied(SessionId s) override { history.push_back("woke " + std::to_string(s)); }
-  void on_watch_event(SessionId s, std::string_view) override {
+  void on_watch_event(SessionId s, const WatchEvent&) override {
     history.push_back("notified " + std::to_string(s));
   }
 };

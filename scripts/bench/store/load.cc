@@ -27,8 +27,7 @@ constexpr auto kDrainTimeout = std::chrono::seconds(10);
 
 // The cycle: SET+WAIT (one write, WAIT's byte answers both), GET, ADD.
 constexpr int kSteps = 3;
-constexpr std::array<ReplyKind, kSteps> kReply = {ReplyKind::kU8, ReplyKind::kBytes,
-                                                  ReplyKind::kI64};
+constexpr std::array<rdzv::Op, kSteps> kReplyTo = {rdzv::Op::kWait, rdzv::Op::kGet, rdzv::Op::kAdd};
 constexpr std::array<uint32_t, kSteps> kRequestsPerStep = {2, 1, 1};
 
 struct Client {
@@ -39,6 +38,7 @@ struct Client {
   Clock::time_point sent;
   std::vector<char> buf;
   size_t have = 0;
+  rdzv::Reply reply;  // decoded from buf
 };
 
 struct Window {
@@ -69,14 +69,15 @@ bool send_step(Client& c, Clock::time_point now, std::string* error) {
 
 // Checks a complete reply for the current step: nullptr when it is what the protocol promises,
 // else what is wrong.
-const char* check_reply(const Client& c, size_t size, size_t value_bytes) {
+const char* check_reply(const Client& c, size_t value_bytes) {
   switch (c.step) {
     case 0:
-      return c.buf[0] == static_cast<char>(rdzv::kStopWaiting) ? nullptr : "WAIT answered not 0";
+      return c.reply.code == rdzv::kStopWaiting ? nullptr : "WAIT answered not 0";
     case 1:
-      return size == 8 + value_bytes ? nullptr : "GET returned a value of the wrong size";
+      return c.reply.values[0].size() == value_bytes ? nullptr
+                                                     : "GET returned a value of the wrong size";
     default:
-      return read_i64(c.buf.data()) > 0 ? nullptr : "ADD returned a non-positive counter";
+      return c.reply.number > 0 ? nullptr : "ADD returned a non-positive counter";
   }
 }
 
@@ -95,8 +96,14 @@ bool on_readable(Client& c, const Window& w, size_t value_bytes, ThreadResult* o
     return false;
   }
   c.have += static_cast<size_t>(r);
-  size_t size = reply_size(kReply[c.step], c.buf.data(), c.have);
-  if (size == 0) {
+  rdzv::DecodeResult d = rdzv::decode_reply(
+      kReplyTo[c.step], 1, {reinterpret_cast<const uint8_t*>(c.buf.data()), c.have}, &c.reply);
+  if (d.status == rdzv::DecodeStatus::kBad) {
+    out->error = "an unreadable reply: " + d.error;
+    return false;
+  }
+  const size_t size = d.consumed;
+  if (d.status == rdzv::DecodeStatus::kNeedMore) {
     if (c.have == c.buf.size()) {
       out->error = "a reply larger than any the benchmark expects";
       return false;
@@ -107,7 +114,7 @@ bool on_readable(Client& c, const Window& w, size_t value_bytes, ThreadResult* o
     out->error = "bytes the benchmark did not ask for";
     return false;
   }
-  if (const char* bad = check_reply(c, size, value_bytes)) {
+  if (const char* bad = check_reply(c, value_bytes)) {
     out->error = bad;
     return false;
   }
@@ -172,7 +179,9 @@ Client make_client(const Endpoint& ep, int i, KeyMode mode, const OpsConfig& cfg
     auto nonce = static_cast<uint32_t>(::getpid()) ^ static_cast<uint32_t>(i);
     send_all(c.fd.get(), encode_handshake(cfg.dialect, nonce), kConnectTimeout, "VALIDATE+PING");
     std::string echo = recv_exact(c.fd.get(), 4, kConnectTimeout, "PING");
-    if (read_u32(echo.data()) != nonce) throw Error("PING echoed a different nonce");
+    rdzv::decode_reply(rdzv::Op::kPing, 0, {reinterpret_cast<const uint8_t*>(echo.data()), 4},
+                       &c.reply);
+    if (c.reply.u32 != nonce) throw Error("PING echoed a different nonce");
   }
   set_nonblocking(c.fd.get());
   std::string base = cfg.key_prefix;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "wire.h"
@@ -201,14 +202,18 @@ class Storm {
       }
       r.have = static_cast<uint8_t>(r.have + got);
       while (error_.empty() && r.have > 0) {
-        size_t size = expected_size(r.state);
-        if (size == 0) {
+        std::optional<rdzv::Op> op = awaited(r.state);
+        if (!op) {
           error_ =
               "unexpected bytes for rank " + std::to_string(i) + " while " + state_name(r.state);
           return;
         }
-        if (r.have < size) break;
-        on_reply(i);
+        rdzv::Reply reply;  // fixed fields only: nothing allocated
+        rdzv::DecodeResult d = rdzv::decode_reply(
+            *op, 1, {reinterpret_cast<const uint8_t*>(r.buf.data()), r.have}, &reply);
+        if (d.status != rdzv::DecodeStatus::kComplete) break;
+        const size_t size = d.consumed;
+        on_reply(i, reply);
         std::memmove(r.buf.data(), r.buf.data() + size, r.have - size);
         r.have = static_cast<uint8_t>(r.have - size);
       }
@@ -216,24 +221,25 @@ class Storm {
     }
   }
 
-  static size_t expected_size(State s) {
+  // The request whose reply a rank in state `s` waits for; nullopt when none.
+  static std::optional<rdzv::Op> awaited(State s) {
     switch (s) {
       case State::kHandshake:
-        return 4;
+        return rdzv::Op::kPing;
       case State::kAdding:
-        return 8;
+        return rdzv::Op::kAdd;
       case State::kWaiting:
-        return 1;
+        return rdzv::Op::kWait;
       default:
-        return 0;
+        return std::nullopt;
     }
   }
 
-  void on_reply(int i) {
+  void on_reply(int i, const rdzv::Reply& reply) {
     Rank& r = ranks_[i];
     switch (r.state) {
       case State::kHandshake:
-        if (read_u32(r.buf.data()) != nonce_) {
+        if (reply.u32 != nonce_) {
           error_ = "PING echoed a different nonce";
           return;
         }
@@ -241,7 +247,7 @@ class Storm {
         send(i, add_);
         return;
       case State::kAdding: {
-        int64_t v = read_i64(r.buf.data());
+        int64_t v = reply.number;
         ++result_.arrived;
         if (v > n_ || v < 1) {
           error_ = "ADD returned " + std::to_string(v) + " (counter not fresh?)";
@@ -258,8 +264,8 @@ class Storm {
         return;
       }
       case State::kWaiting:
-        if (r.buf[0] != static_cast<char>(rdzv::kStopWaiting)) {
-          error_ = "WAIT answered " + std::to_string(static_cast<int>(r.buf[0]));
+        if (reply.code != rdzv::kStopWaiting) {
+          error_ = "WAIT answered " + std::to_string(static_cast<int>(reply.code));
           return;
         }
         r.state = State::kReleased;

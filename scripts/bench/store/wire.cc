@@ -1,7 +1,5 @@
 #include "wire.h"
 
-#include <cstring>
-
 #include "cohort/error.h"
 
 namespace cohort::bench {
@@ -56,37 +54,6 @@ std::string encode_handshake(Dialect d, uint32_t nonce) {
   ping.op = Op::kPing;
   ping.u32 = nonce;
   return encode(d, validate) + encode(d, ping);
-}
-
-size_t reply_size(ReplyKind kind, const char* buf, size_t have) {
-  switch (kind) {
-    case ReplyKind::kU8:
-      return have >= 1 ? 1 : 0;
-    case ReplyKind::kU32:
-      return have >= 4 ? 4 : 0;
-    case ReplyKind::kI64:
-      return have >= 8 ? 8 : 0;
-    case ReplyKind::kBytes: {
-      if (have < 8) return 0;
-      uint64_t len;
-      std::memcpy(&len, buf, 8);
-      if (len > have - 8) return 0;
-      return 8 + static_cast<size_t>(len);
-    }
-  }
-  return 0;
-}
-
-int64_t read_i64(const char* p) {
-  int64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-
-uint32_t read_u32(const char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
 }
 
 Dialect parse_dialect(std::string_view name) {

@@ -1,5 +1,5 @@
-// The few TCPStore requests the benchmark sends, pre-encoded with the real codec, and the sizes
-// of their replies (docs/PROTOCOL.md §1.3). Pure functions; thread-safe.
+// The few TCPStore requests the benchmark sends, pre-encoded with the real codec (its replies are
+// decoded with rdzv::decode_reply; docs/PROTOCOL.md §1.3). Pure functions; thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -22,20 +22,7 @@ std::string encode_wait(Dialect d, std::string_view key);
 // REQUIRES: d == Dialect::kCurrent.
 std::string encode_handshake(Dialect d, uint32_t nonce);
 
-// What the answer to a request looks like.
-enum class ReplyKind : uint8_t {
-  kU8,     // WAIT: STOP_WAITING
-  kU32,    // PING: the nonce
-  kI64,    // ADD: the new value
-  kBytes,  // GET: u64 length, then the value
-};
-
-// Size of the complete reply at the start of `buf` (of `have` bytes), or 0 while incomplete.
-size_t reply_size(ReplyKind kind, const char* buf, size_t have);
-
-// Little-endian fixed fields of a reply. REQUIRES: enough bytes.
-int64_t read_i64(const char* p);
-uint32_t read_u32(const char* p);
+// Replies are read with the codec's rdzv::decode_reply, as the server writes them.
 
 // Accepts "legacy"/"1.13" or "current"/"2.x"; throws cohort::Error otherwise.
 Dialect parse_dialect(std::string_view name);

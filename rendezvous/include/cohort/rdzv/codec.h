@@ -53,6 +53,58 @@ enum class Op : uint8_t {
 
 std::string_view op_name(Op op);
 
+// What follows a request's opcode byte.
+enum class RequestShape : uint8_t {
+  kNone,          // GETNUMKEYS, CANCEL_WAIT, LIST_KEYS
+  kU32,           // VALIDATE magic, PING nonce
+  kKey,           // GET, WATCH_KEY, DELETE_KEY, QUEUE_POP, QUEUE_LEN
+  kKeyValue,      // SET, APPEND, QUEUE_PUSH
+  kKeyTwoValues,  // COMPARE_SET: key, expected, desired
+  kKeyDelta,      // ADD, BARRIER (the world size in place of the delta)
+  kKeyList,       // CHECK, WAIT, MULTI_GET
+  kPairList,      // MULTI_SET
+};
+
+// What the server answers (docs/PROTOCOL.md §1.3).
+enum class ReplyShape : uint8_t {
+  kNone,         // VALIDATE, SET, APPEND, MULTI_SET, QUEUE_PUSH
+  kU8,           // CHECK, WAIT, BARRIER, CANCEL_WAIT, WATCH_KEY: one of the one-byte codes below
+  kU32,          // PING: the nonce
+  kI64,          // ADD (the sum), GETNUMKEYS, DELETE_KEY (1 or 0), QUEUE_LEN
+  kBytes,        // GET, COMPARE_SET: one byte string
+  kBytesPerKey,  // MULTI_GET: one byte string per key
+  kCountedList,  // LIST_KEYS: i64 count, then that many byte strings
+  kQueueItem,    // QUEUE_POP: i64 length; when positive, the popped value as a byte string
+};
+
+// What a command does, beyond its bytes.
+enum CommandFlag : uint8_t {
+  kMutates = 1 << 0,       // changes the store (logged when persistent)
+  kMayBlock = 1 << 1,      // its reply may wait for other clients (WAIT, BARRIER)
+  kTaggable = 1 << 2,      // may follow kTaggedOpcode: a write whose retry is answered from cache
+  kLiveness = 1 << 3,      // touches no key (VALIDATE, PING): answered before authentication
+  kWhileWaiting = 1 << 4,  // read and run while the connection's WAIT is parked (CANCEL_WAIT)
+};
+
+inline constexpr int kNoOpcode = -1;
+
+// One row of the command table (codec.cc), one per Op.
+struct CommandInfo {
+  Op op;
+  std::string_view name;
+  int legacy_opcode;   // 1.13 / 2.0 numbering, kNoOpcode if the dialect has no such command
+  int current_opcode;  // VALIDATE-era numbering, kNoOpcode if absent
+  RequestShape request;
+  ReplyShape reply;
+  uint8_t flags;  // CommandFlag bits
+  bool has(CommandFlag f) const { return (flags & f) != 0; }
+  bool in_dialect(Dialect d) const {
+    return (d == Dialect::kLegacy ? legacy_opcode : current_opcode) != kNoOpcode;
+  }
+};
+
+const CommandInfo& command_info(Op op);
+
 // Opcode <-> Op for a dialect; nullopt where the dialect has no such command.
 std::optional<Op> op_from_wire(Dialect d, uint8_t opcode);
 std::optional<uint8_t> wire_from_op(Dialect d, Op op);
@@ -115,6 +167,36 @@ DecodeResult decode_request(Dialect d, std::span<const uint8_t> in, const Limits
 
 // Appends the wire form of `req` to `out`. REQUIRES: the dialect has req.op.
 void encode_request(Dialect d, const Request& req, std::string* out);
+
+// A reply, to encode (server) or decoded (clients). Which fields it uses follows
+// command_info(op).reply; the string views point into the caller's memory (encoding) or into the
+// buffer given to decode_reply() (decoding). Reuse one Reply: clearing keeps capacity.
+struct Reply {
+  Op op = Op::kSet;
+  uint8_t code = 0;    // kU8: kCheckReady, kStopWaiting, kWaitCanceled, kWatchRegistered, ...
+  uint32_t u32 = 0;    // kU32: PING's nonce
+  int64_t number = 0;  // kI64; kCountedList: the count; kQueueItem: the queue's length before it
+  std::vector<std::string_view> values;  // kBytes: 1; kBytesPerKey: one per key; kCountedList:
+                                         // `number` strings; kQueueItem: 1 when number > 0
+  void clear(Op o) {
+    op = o;
+    code = 0;
+    u32 = 0;
+    number = 0;
+    values.clear();
+  }
+};
+
+// Appends the wire form of `reply` to `out` (nothing for a ReplyShape::kNone command).
+void encode_reply(const Reply& reply, std::string* out);
+
+// Decodes the reply to a request of `op` at the start of `in`. `keys` is the request's key count
+// (MULTI_GET is answered with one byte string per key). A byte string (or LIST_KEYS count) over
+// `max_bytes` is kBad: a broken stream, not a reply to allocate for. kNeedMore sets `consumed` to
+// the least size the complete reply can have (more than in.size()), so a reader can wait for that
+// much at once.
+DecodeResult decode_reply(Op op, size_t keys, std::span<const uint8_t> in, Reply* out,
+                          uint64_t max_bytes = 1ull << 32);
 
 // ---- primitives, shared by the server's replies and the clients -----------------------------
 inline void put_u8(std::string* out, uint8_t v) {
