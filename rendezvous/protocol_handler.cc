@@ -132,7 +132,13 @@ bool ProtocolHandler::process() {
     if (!authenticate(&need_more)) return false;
     if (need_more) return true;
   }
+  yielded_ = false;
+  const size_t out_at_start = out_.size();
   while (begin_ < end_) {
+    if (out_.size() - out_at_start >= kTurnOutputBytes) {
+      yielded_ = true;
+      break;
+    }
     Framed f;
     const Step step = next_request(&f);
     if (step == Step::kClose) return false;

@@ -47,6 +47,13 @@ class ProtocolHandler {
   // Executes buffered requests until one is incomplete, a WAIT parks, or output backs up.
   // False when the connection must be closed; close_reason() says why.
   bool process();
+  // The last process() stopped with complete requests left because this turn's replies reached
+  // kTurnOutputBytes: call it again on a later turn of the loop, after other connections.
+  bool yielded() const { return yielded_; }
+  // Fairness: one GET of a 10 MB value is a 10 MB copy into the output; a client pipelining
+  // such GETs would otherwise hold the loop for several of them (55-86 ms measured) while every
+  // other client waits. Small replies never reach it: thousands fit in one turn.
+  static constexpr size_t kTurnOutputBytes = 1 << 20;
 
   // The parked WAIT is satisfied: appends STOP_WAITING. Returns true when requests that arrived
   // meanwhile are buffered (call process() again, on a later turn of the loop).
@@ -134,6 +141,7 @@ class ProtocolHandler {
   bool dialect_known_ = false;
   Dialect dialect_ = Dialect::kLegacy;
   bool waiting_ = false;
+  bool yielded_ = false;
   bool watching_ = false;
   uint64_t requests_ = 0;
   std::string close_reason_;

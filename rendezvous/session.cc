@@ -177,6 +177,15 @@ void Session::process() {
   watch_partial_request();
   flush();
   account();
+  // This turn's replies reached the handler's share: the rest runs on a later turn, after the
+  // other connections' events.
+  if (handler_.yielded() && !process_posted_) {
+    process_posted_ = true;
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      self->process();
+      self->do_read();
+    });
+  }
 }
 
 void Session::wake() {

@@ -843,7 +843,7 @@ def store_greedy_gets(ctx):
     closed = sum(any(f"closing connection from {p}" in l for l in budget_lines) for p in peers)
     for g in greedy:
         g.close()
-    ok = (closed >= 1 and hwm * (1 << 20) < budget + (256 << 20) and worst < 0.5 and
+    ok = (closed >= 1 and hwm * (1 << 20) < budget + (256 << 20) and worst < 0.1 and
           later < 0.1 and s.returncode == 0)
     return row(None, summary_line(err, "connection-memory-budget"),
                f"peak RSS {hwm} MiB, {closed} of {len(greedy)} closed; {n} polite SET+GET, worst "
@@ -852,8 +852,9 @@ def store_greedy_gets(ctx):
                "closed with a log line (the others wait, paused at --max-unsent-bytes, and hold "
                "the budget); cohortd's peak RSS stays under the budget + 256 MiB (it was about "
                "71 MB per such connection, unbounded); a polite client's SET+GET is served "
-               "throughout: within 100 ms after the first 0.5 s, within 500 ms while cohortd "
-               "copies each greedy client's first four 10 MB replies")
+               "within 100 ms throughout (a connection's replies yield the loop after 1 MiB a turn: "
+               "without it, cohortd copied four 10 MB replies per greedy client in one turn: worst "
+               "67-78 ms against 46-58 ms with it, measured side by side)")
 
 
 # ---- a real cluster's mistakes and stragglers ------------------------------------------------------
