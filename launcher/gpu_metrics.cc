@@ -1,47 +1,19 @@
 #include "gpu_metrics.h"
 
-#include <charconv>
-#include <cmath>
-#include <cstdio>
 #include <functional>
 #include <optional>
 
+#include "cohort/base/prometheus.h"
 #include "gpu_text.h"
 
 namespace cohort::launch {
 namespace {
 
-// A label value as the exposition format wants it: backslash, double quote and newline escaped.
-std::string escape(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
-// Whole numbers (bytes, hertz, counts) in full; others in the shortest text that reads back the
-// same.
-std::string number(double v) {
-  char buf[64];
-  if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {  // 2^53
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-    return buf;
-  }
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
+using prom::escape_label;
+using prom::number;
 
 std::string labels(const GpuState& g, const std::string& extra = {}) {
-  return "{gpu=\"" + std::to_string(g.index) + "\",uuid=\"" + escape(g.uuid) + "\"" +
+  return "{gpu=\"" + std::to_string(g.index) + "\",uuid=\"" + escape_label(g.uuid) + "\"" +
          (extra.empty() ? "" : "," + extra) + "}";
 }
 
@@ -71,7 +43,7 @@ std::string gpu_metrics_text(const std::vector<GpuState>& gpus) {
       "# HELP cohort_gpu_info A GPU NVML sees on this node (value 1), with its model name.\n"
       "# TYPE cohort_gpu_info gauge\n";
   for (const auto& g : gpus)
-    out += "cohort_gpu_info" + labels(g, "name=\"" + escape(g.name) + "\"") + " 1\n";
+    out += "cohort_gpu_info" + labels(g, "name=\"" + escape_label(g.name) + "\"") + " 1\n";
   family(&out, gpus, "cohort_gpu_up", "gauge",
          "1 when NVML can read the GPU, 0 when it cannot (a lost GPU).",
          [](const GpuState& g) { return g.error.empty() ? 1.0 : 0.0; });

@@ -13,9 +13,11 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <memory>
 
 #include "cohort/base/cli11.h"
 #include "cohort/base/logging.h"
+#include "cohort/base/metrics_endpoint.h"
 #include "cohort/error.h"
 #include "cohortd_log.h"
 #include "service_notify.h"
@@ -106,6 +108,12 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
                  "holding the most is closed")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--metrics-port", config->metrics_port,
+                 "Serve Prometheus metrics at http://<--host>:PORT/metrics (0: a free port, "
+                 "logged); off by default");
+  app.add_option("--metrics-addr", config->metrics_addr,
+                 "Serve Prometheus metrics at http://HOST:PORT/metrics instead (for example "
+                 "127.0.0.1:9400 to keep them off the network)");
   app.add_option("--log-file", config->log_file, "Append log lines to this file instead of stderr");
   app.add_option("--log-format", config->log_format,
                  "text, or json: one JSON object per line (time, logger, level, pid, msg)")
@@ -117,6 +125,7 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
                    .env_prefix = "COHORTD_",
                    .config_file = true,
                    .placeholders = {{"--fsync", "always|interval|never"},
+                                    {"--metrics-addr", "HOST:PORT"},
                                     {"--allow-unauthenticated-from", "CIDR[,CIDR...]"}}});
   try {
     app.parse(argc, argv);
@@ -137,6 +146,12 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
       if (!warning.empty()) std::fprintf(stderr, "cohortd: warning: %s\n", warning.c_str());
     }
     s.allow_unauthenticated = auth::parse_cidrs(allow);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cohortd: %s\n", e.what());
+    return 2;
+  }
+  try {
+    (void)metrics_address(config->metrics_addr, config->metrics_port, s.host);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cohortd: %s\n", e.what());
     return 2;
@@ -228,6 +243,14 @@ int run_cohortd(const CohortdConfig& config) {
                 ? "no authentication: anyone who can connect may use it"
                 : "token required");
 
+  std::unique_ptr<MetricsEndpoint> metrics;
+  if (auto where = metrics_address(config.metrics_addr, config.metrics_port, config.server.host);
+      where.enabled()) {
+    metrics =
+        std::make_unique<MetricsEndpoint>(io, where, [&server] { return server.metrics_text(); });
+    log->info("serving metrics at {}", metrics->url());
+  }
+
   asio::steady_timer drops(io);
   asio::signal_set signals(io, SIGINT, SIGTERM);
   // Whatever ends the loop (a signal, --exit-when-idle) cancels everything else waiting on it.
@@ -238,6 +261,7 @@ int run_cohortd(const CohortdConfig& config) {
     signals.cancel(ignored);
     if (idle_cancel) idle_cancel();
     drops.cancel();
+    metrics.reset();
     server.stop();
   };
   IdleExit idle(io, server, config.exit_when_idle, log, stop);

@@ -16,20 +16,25 @@ constexpr size_t kKeepBuffer = 64 * 1024;
 }  // namespace
 
 ProtocolHandler::ProtocolHandler(StoreState& state, const StoreServerOptions& options, SessionId id,
-                                 bool must_authenticate)
-    : state_(state), options_(options), id_(id), must_authenticate_(must_authenticate) {}
+                                 bool must_authenticate, ServerCounters* counters)
+    : state_(state),
+      options_(options),
+      id_(id),
+      counters_(counters),
+      must_authenticate_(must_authenticate) {}
 
-bool ProtocolHandler::reject(std::string why, bool unauthenticated) {
+bool ProtocolHandler::reject(RejectReason reason, std::string why) {
   close_reason_ = std::move(why);
-  if (unauthenticated) refused_unauthenticated_ = true;
+  if (reason == RejectReason::kNoToken || reason == RejectReason::kWrongToken)
+    refused_unauthenticated_ = true;
+  if (counters_) counters_->rejected(reason);
   return false;
 }
 
 bool ProtocolHandler::refuse_unauthenticated() {
-  return reject(
-      "unauthenticated connection refused: this cohortd requires its token (clients from "
-      "--allow-unauthenticated-from networks excepted)",
-      /*unauthenticated=*/true);
+  return reject(RejectReason::kNoToken,
+                "unauthenticated connection refused: this cohortd requires its token (clients "
+                "from --allow-unauthenticated-from networks excepted)");
 }
 
 bool ProtocolHandler::authenticate(bool* need_more) {
@@ -87,7 +92,7 @@ bool ProtocolHandler::authenticate(bool* need_more) {
             : auth::same_proof(proof, auth::prove_mutual(options_.auth_token, "client",
                                                          client_nonce_, challenge_));
     if (p[0] != auth::kProof || (!options_.auth_token.empty() && !right)) {
-      return reject("authentication failed: wrong token", /*unauthenticated=*/true);
+      return reject(RejectReason::kWrongToken, "authentication failed: wrong token");
     }
     begin_ += 1 + auth::kProofBytes;
     put_u8(&out_, auth::kAccepted);
@@ -177,14 +182,15 @@ ProtocolHandler::Step ProtocolHandler::next_request(Framed* f) {
   DecodeResult res = decode_request(dialect_, pending, options_.limits, &req_);
   if (res.status == DecodeStatus::kNeedMore) {
     if (pending.size() > options_.max_request_bytes) {
-      reject("request of more than " + std::to_string(options_.max_request_bytes) +
-             " bytes exceeds --max-request-bytes");
+      reject(RejectReason::kTooLarge, "request of more than " +
+                                          std::to_string(options_.max_request_bytes) +
+                                          " bytes exceeds --max-request-bytes");
       return Step::kClose;
     }
     return Step::kHold;
   }
   if (res.status == DecodeStatus::kBad) {
-    reject(res.error);
+    reject(RejectReason::kMalformed, res.error);
     return Step::kClose;
   }
   f->bytes = (f->tagged ? kTagBytes : 0) + res.consumed;
@@ -201,7 +207,8 @@ bool ProtocolHandler::admit(const Framed& f) {
   }
   if (liveness_only_ && !command_info(req_.op).has(kLiveness)) return refuse_unauthenticated();
   if (f.tagged && !command_info(req_.op).has(kTaggable))
-    return reject("a tagged request must be a write, not " + std::string(op_name(req_.op)));
+    return reject(RejectReason::kBadRequest,
+                  "a tagged request must be a write, not " + std::string(op_name(req_.op)));
   return true;
 }
 
@@ -238,6 +245,7 @@ bool ProtocolHandler::wake() {
   reply_.clear(Op::kWait);
   reply_.code = kStopWaiting;
   encode_reply(reply_, &out_);
+  if (counters_) counters_->answered(parked_op_, std::chrono::steady_clock::now() - parked_at_);
   return begin_ < end_;
 }
 
@@ -248,13 +256,16 @@ bool ProtocolHandler::answer_wait(StoreState::WaitResult r, bool* answered) {
       return true;
     case StoreState::WaitResult::kParked:
       waiting_ = true;
+      parked_at_ = read_at_;
+      parked_op_ = req_.op;
       *answered = false;  // STOP_WAITING comes from wake()
       return true;
     case StoreState::WaitResult::kTooManyWaiters:
-      return reject("parked waits exceed --max-waiters (" + std::to_string(options_.max_waiters) +
-                    ")");
+      return reject(RejectReason::kTooManyWaiters, "parked waits exceed --max-waiters (" +
+                                                       std::to_string(options_.max_waiters) + ")");
     case StoreState::WaitResult::kNotACounter:  // only a BARRIER counts
-      return reject("BARRIER on a key whose value is not a decimal integer");
+      return reject(RejectReason::kNotACounter,
+                    "BARRIER on a key whose value is not a decimal integer");
   }
   return true;
 }
@@ -269,7 +280,7 @@ bool ProtocolHandler::dispatch(const Request& req) {
   switch (req.op) {
     case Op::kValidate:
       if (req.u32 != kValidationMagic) {
-        return reject("VALIDATE with a wrong magic number");
+        return reject(RejectReason::kBadRequest, "VALIDATE with a wrong magic number");
       }
       break;
     case Op::kPing:
@@ -287,7 +298,7 @@ bool ProtocolHandler::dispatch(const Request& req) {
       if (v == nullptr) {
         // The 1.13 daemon throws and drops the connection; the libuv daemon answers empty.
         if (dialect_ == Dialect::kLegacy) {
-          return reject("GET of a missing key");
+          return reject(RejectReason::kMissingKey, "GET of a missing key");
         }
         reply.values.emplace_back();
       } else {
@@ -297,7 +308,8 @@ bool ProtocolHandler::dispatch(const Request& req) {
     }
     case Op::kAdd:
       if (!st.add(req.keys[0], req.delta, &reply.number)) {
-        return reject("ADD on a key whose value is not a decimal integer");
+        return reject(RejectReason::kNotACounter,
+                      "ADD on a key whose value is not a decimal integer");
       }
       break;
     case Op::kCheck:
@@ -339,7 +351,7 @@ bool ProtocolHandler::dispatch(const Request& req) {
       for (auto k : req.keys) {
         const std::string* v = st.get(k);
         if (v == nullptr && dialect_ == Dialect::kLegacy) {
-          return reject("MULTI_GET of a missing key");
+          return reject(RejectReason::kMissingKey, "MULTI_GET of a missing key");
         }
         reply.values.push_back(v ? std::string_view(*v) : std::string_view());
       }
@@ -362,7 +374,10 @@ bool ProtocolHandler::dispatch(const Request& req) {
       reply.number = st.queue_len(req.keys[0]);
       break;
   }
-  if (answered) encode_reply(reply, &out_);
+  if (answered) {
+    encode_reply(reply, &out_);
+    if (counters_) counters_->answered(req.op, std::chrono::steady_clock::now() - read_at_);
+  }
   return true;
 }
 

@@ -9,13 +9,16 @@
 // Thread safety: none; one connection, one loop thread.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cohort/rdzv/codec.h"
 #include "cohort/rdzv/server_options.h"
+#include "server_counters.h"
 #include "store_state.h"
 
 namespace cohort::rdzv {
@@ -34,15 +37,19 @@ inline size_t watch_notification_size(const WatchEvent& e) {
 
 class ProtocolHandler {
  public:
-  // `state` and `options` must outlive the handler. `must_authenticate`: the connection must
-  // complete the token handshake (auth.h) before any request.
+  // `state`, `options` and `counters` must outlive the handler. `must_authenticate`: the
+  // connection must complete the token handshake (auth.h) before any request. `counters`
+  // (optional) counts rejections and each request's latency, measured from read_at().
   ProtocolHandler(StoreState& state, const StoreServerOptions& options, SessionId id,
-                  bool must_authenticate = false);
+                  bool must_authenticate = false, ServerCounters* counters = nullptr);
 
   // Writable space at the end of the input buffer (at least 512 bytes); then commit() what was
   // put. The buffer may move here, so no read may be in flight into an earlier span.
   std::span<uint8_t> read_space();
   void commit(size_t n);
+  // When the bytes that the next process() runs were read: each request's latency counts from
+  // here (with counters only).
+  void read_at(std::chrono::steady_clock::time_point t) { read_at_ = t; }
 
   // Executes buffered requests until one is incomplete, a WAIT parks, or output backs up.
   // False when the connection must be closed; close_reason() says why.
@@ -68,6 +75,10 @@ class ProtocolHandler {
   const std::string& output() const { return out_; }
 
   bool waiting() const { return waiting_; }
+  // "current", "legacy", or "unknown" before the first request.
+  std::string_view dialect_name() const {
+    return !dialect_known_ ? "unknown" : dialect_ == Dialect::kCurrent ? "current" : "legacy";
+  }
   bool has_input() const { return begin_ < end_; }
   size_t buffered_input() const { return end_ - begin_; }
   const std::string& close_reason() const { return close_reason_; }
@@ -105,12 +116,16 @@ class ProtocolHandler {
   bool run(const Framed& f);
   // Executes one request; false when the connection must close.
   bool dispatch(const Request& req);
-  // Sets close_reason_ (and refused_unauthenticated_) and returns false.
-  bool reject(std::string why, bool unauthenticated = false);
+  // Sets close_reason_ (and refused_unauthenticated_), counts `reason`, and returns false.
+  bool reject(RejectReason reason, std::string why);
 
   StoreState& state_;
   const StoreServerOptions& options_;
   const SessionId id_;
+  ServerCounters* const counters_;
+  std::chrono::steady_clock::time_point read_at_{};
+  std::chrono::steady_clock::time_point parked_at_{};  // read_at_ of the parked WAIT or BARRIER
+  Op parked_op_ = Op::kWait;
   // Input buffer. Allocated on first read, never zero-filled, and released when a large one
   // empties: ten thousand idle clients of a rendezvous storm cost kilobytes each, not 16 KiB.
   std::unique_ptr<uint8_t[]> in_;

@@ -16,6 +16,7 @@
 
 #include "cohort/base/logging.h"
 #include "cohort/error.h"
+#include "server_metrics.h"
 #include "session.h"
 #include "store_log.h"
 #include "store_state.h"
@@ -112,8 +113,19 @@ class StoreServer::Impl final : public SessionHost,
     return s;
   }
 
+  std::string metrics_text() const {
+    const StoreServerStats s = stats();
+    ServerMetricsView view{&s, &counters_, &state_, journal_.get(), {}};
+    view.connections.reserve(sessions_.size());
+    for (const auto& [id, session] : sessions_)
+      view.connections.push_back(
+          {session->handler().dialect_name(), session->handler().authenticated()});
+    return render_server_metrics(view);
+  }
+
   // SessionHost
   StoreState& state() override { return state_; }
+  ServerCounters* counters() override { return &counters_; }
   const StoreServerOptions& options() const override { return options_; }
   spdlog::logger& log() override { return *log_; }
   void on_session_closed(SessionId id, bool for_limit, bool unauthenticated) override {
@@ -368,6 +380,7 @@ class StoreServer::Impl final : public SessionHost,
   std::unordered_map<std::string, size_t> per_address_;         // open sessions by client address
   std::unordered_map<std::string, size_t> spoken_per_address_;  // of which have spoken
   StoreServerStats stats_;
+  ServerCounters counters_;
   uint64_t connection_bytes_ = 0;  // sum of every session's footprint()
   bool budget_check_posted_ = false;
   std::chrono::steady_clock::time_point last_refusal_log_{};
@@ -395,6 +408,9 @@ void StoreServer::stop() {
 }
 StoreServerStats StoreServer::stats() const {
   return impl_->stats();
+}
+std::string StoreServer::metrics_text() const {
+  return impl_->metrics_text();
 }
 
 // ---- StoreServerThread ----------------------------------------------------------------------
@@ -424,12 +440,22 @@ void StoreServerThread::stop() {
   asio::post(loop_->io, [loop = loop_.get()] { loop->server->stop(); });
 }
 
-StoreServerStats StoreServerThread::stats() const {
-  if (loop_->io.stopped()) return loop_->server->stats();
-  std::promise<StoreServerStats> p;
+// Runs `fn` on the server's loop (at once when the loop has stopped) and returns its result.
+template <typename Fn>
+static auto on_loop(asio::io_context& io, Fn fn) {
+  if (io.stopped()) return fn();
+  std::promise<decltype(fn())> p;
   auto f = p.get_future();
-  asio::post(loop_->io, [&] { p.set_value(loop_->server->stats()); });
+  asio::post(io, [&] { p.set_value(fn()); });
   return f.get();
+}
+
+StoreServerStats StoreServerThread::stats() const {
+  return on_loop(loop_->io, [this] { return loop_->server->stats(); });
+}
+
+std::string StoreServerThread::metrics_text() const {
+  return on_loop(loop_->io, [this] { return loop_->server->metrics_text(); });
 }
 
 }  // namespace cohort::rdzv

@@ -24,7 +24,7 @@ Session::Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, 
       peer_(std::move(peer)),
       address_(std::move(address)),
       must_authenticate_(must_authenticate),
-      handler_(host.state(), host.options(), id, must_authenticate) {}
+      handler_(host.state(), host.options(), id, must_authenticate, host.counters()) {}
 
 void Session::start() {
   // Whoever must authenticate has --handshake-timeout for the handshake; whoever need not,
@@ -156,7 +156,9 @@ void Session::on_read(std::error_code ec, size_t n) {
     }
     return;
   }
-  if (host_.options().idle_timeout.count() > 0) last_read_ = std::chrono::steady_clock::now();
+  const auto now = std::chrono::steady_clock::now();
+  last_read_ = now;
+  handler_.read_at(now);
   handler_.commit(n);
   process();
   do_read();

@@ -29,6 +29,8 @@ class SessionHost {
   virtual StoreState& state() = 0;
   virtual const StoreServerOptions& options() const = 0;
   virtual spdlog::logger& log() = 0;
+  // Where sessions count rejections and latencies (null: not counted).
+  virtual ServerCounters* counters() = 0;
   // The session closed its socket; `for_limit` when a limit or a protocol error caused it,
   // `unauthenticated` when it had no valid token.
   virtual void on_session_closed(SessionId id, bool for_limit, bool unauthenticated) = 0;
@@ -58,6 +60,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Whether the client has completed the token handshake (where one is required) or else a
   // request.
   bool spoke() const { return spoke_; }
+  // The connection's protocol state (dialect, authentication, parked wait), for the metrics.
+  const ProtocolHandler& handler() const { return handler_; }
 
   void start();
   // Closes the connection without a log line (server shutdown).

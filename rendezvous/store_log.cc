@@ -295,6 +295,7 @@ void StoreLog::append_record(const std::string& payload) {
   write_all(fd_, rec, path_);
   size_ += rec.size();
   bytes_written_ += rec.size();
+  if (!dirty_) dirty_since_ = std::chrono::steady_clock::now();
   dirty_ = true;
   if (policy_ == FsyncPolicy::kAlways) sync();
 }

@@ -88,6 +88,12 @@ class StoreLog final : public StoreState::Journal {
   uint64_t bytes_written() const { return bytes_written_; }
   uint64_t size() const { return size_; }  // of store.log
   uint64_t compactions() const { return compactions_; }
+  // How long the oldest write not yet handed to fdatasync has waited (zero when none has): the
+  // most a machine crash would lose now, in time (--fsync never: since the first write).
+  std::chrono::steady_clock::duration unsynced_for() const {
+    return dirty_ ? std::chrono::steady_clock::now() - dirty_since_
+                  : std::chrono::steady_clock::duration::zero();
+  }
   // fsync now if anything was written since the last one (at stop, and for kAlways).
   void sync();
   // The kInterval timer's sync: the same, on a thread of its own (background_sync.h), so that a
@@ -131,8 +137,9 @@ class StoreLog final : public StoreState::Journal {
   uint64_t checked_at_size_ = 0;  // size_ at the last maybe_compact() that looked
   uint64_t bytes_written_ = 0;
   uint64_t compactions_ = 0;
-  bool dirty_ = false;                      // written since the last fsync
-  std::unique_ptr<BackgroundSync> syncer_;  // kInterval only
+  bool dirty_ = false;                                   // written since the last fsync
+  std::chrono::steady_clock::time_point dirty_since_{};  // the first such write
+  std::unique_ptr<BackgroundSync> syncer_;               // kInterval only
   int batch_depth_ = 0;
   std::string batch_;
   size_t replayed_ = 0;

@@ -16,8 +16,11 @@ struct CohortdConfig {
   // from the last disconnection). What cohortrun uses for a c10d endpoint's store, which serves
   // every job meeting there and must not outlive them all.
   std::chrono::milliseconds exit_when_idle{0};
-  std::string log_file;   // empty: log to stderr
+  std::string log_file;             // empty: log to stderr
   std::string log_format = "text";  // or "json": one object per line
+  // --metrics-addr HOST:PORT, or --metrics-port N on --host: where GET /metrics is served.
+  std::string metrics_addr;
+  int metrics_port = -1;  // -1: no metrics endpoint
 };
 
 // Parses cohortd's command line into *config. Returns -1 to go on, else an exit status (0 after

@@ -55,6 +55,9 @@ class StoreServer {
   void stop();
 
   StoreServerStats stats() const;
+  // The server's metrics in Prometheus' text format (the families are listed in
+  // rendezvous/server_metrics.h).
+  std::string metrics_text() const;
 
  private:
   class Impl;
@@ -74,6 +77,7 @@ class StoreServerThread {
   uint16_t port() const { return port_; }
   std::string address() const { return address_; }
   StoreServerStats stats() const;
+  std::string metrics_text() const;
   void stop();
 
  private:
