@@ -400,5 +400,83 @@ TEST_F(Training, PlotMetricsDrawsAPng) {
   EXPECT_GT(fs::file_size(png), 5000u);
 }
 
+// Files of both trainers, fmnist's with a slow rank 1: each evaluation and each throughput gets its
+// own axis, and every rank a line of its own. The gnuplot script and data files are kept (--keep)
+// and read back.
+TEST_F(Training, PlotMetricsGivesEachMetricItsAxisAndEachRankALine) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "no gnuplot";
+  fs::create_directories(path("fm"));
+  fs::create_directories(path("gpt"));
+  {
+    std::ofstream r0(path("fm/metrics.jsonl")), r1(path("fm/metrics.rank1.jsonl"));
+    for (int s = 1; s <= 40; ++s) {
+      // Rank 1 works 30 ms a step, rank 0 10 ms and then waits 20 ms for it in the allreduce.
+      const nlohmann::json t = {{"step", s}, {"samples_per_s", 128 / 0.03}, {"step_ms", 30.0}};
+      nlohmann::json a = t, b = t;
+      a.update({{"loss", 2.3 / s}, {"lr", 0.05}, {"comm_ms", 20.5}});
+      b.update({{"rank", 1}, {"comm_ms", 0.5}});
+      r0 << a.dump() << "\n";
+      r1 << b.dump() << "\n";
+      if (s % 10 == 0) {
+        r0 << nlohmann::json{{"step", s}, {"eval", true}, {"test_accuracy", 0.5 + s / 100.0}}.dump()
+           << "\n";
+      }
+    }
+    std::ofstream g(path("gpt/metrics.jsonl"));
+    for (int s = 1; s <= 50; ++s) {
+      g << nlohmann::json{{"step", s},
+                          {"loss", 5.0 / s},
+                          {"tokens_per_s", 2e4},
+                          {"step_ms", 25.0},
+                          {"comm_ms", 1.0}}
+               .dump()
+        << "\n";
+      if (s % 25 == 0) {
+        g << nlohmann::json{{"step", s}, {"eval", true}, {"val_loss", 3.0}}.dump() << "\n";
+      }
+    }
+  }
+  const std::string png = path("plot.png"), keep = path("keep");
+  const std::string cmd = std::string(COHORT_TRAINER_TEST_DIR) + "/../../scripts/plot_metrics " +
+                          path("fm/metrics.jsonl") + " " + path("gpt/metrics.jsonl") + " -o " +
+                          png + " --keep " + keep + " > " + path("plot.log") + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  EXPECT_GT(fs::file_size(png), 20000u);
+  std::ifstream in(keep + "/plot.gp");
+  const std::string gp((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(gp.find("multiplot layout 2,2"), std::string::npos) << gp;
+  // The accuracy on the left, the validation loss on the right; samples/s left, tokens/s right.
+  const auto plot_after = [&](const std::string& ylabel) {
+    const size_t at = gp.find("set ylabel \"" + ylabel + "\"");
+    if (at == std::string::npos) return std::string("(no such panel)");
+    const size_t plot = gp.find("\nplot ", at);
+    return gp.substr(at, gp.find('\n', plot + 1) - at);
+  };
+  const std::string eval = plot_after("test accuracy (%)");
+  EXPECT_NE(eval.find("set y2label \"validation loss\""), std::string::npos) << eval;
+  EXPECT_NE(eval.find("eval1_val_loss.dat\" using 1:2 axes x1y2"), std::string::npos) << eval;
+  EXPECT_NE(eval.find("eval0_test_accuracy.dat\" using 1:2 with"), std::string::npos) << eval;
+  const std::string rates = plot_after("samples/s");
+  EXPECT_NE(rates.find("set y2label \"tokens/s\""), std::string::npos) << rates;
+  EXPECT_NE(rates.find("\"fm rank 1 (samples/s)\""), std::string::npos) << rates;
+  EXPECT_NE(rates.find("rate1_0_tokens_per_s.dat\" using 1:2 axes x1y2"), std::string::npos)
+      << rates;
+  const std::string times = plot_after("ms per step (solid: outside the allreduce)");
+  for (const char* title : {"\"fm rank 0\"", "\"fm rank 1\"", "\"gpt rank 0\"", "\"fm step\""}) {
+    EXPECT_NE(times.find(title), std::string::npos) << title << " in " << times;
+  }
+  // The time outside the allreduce: rank 1's 29.5 ms stands above rank 0's 9.5 ms.
+  std::ifstream w0(keep + "/work0_0.dat"), w1(keep + "/work0_1.dat"),
+      acc(keep + "/eval0_test_accuracy.dat");
+  double step = 0, v0 = 0, v1 = 0, a = 0;
+  w0 >> step >> v0;
+  w1 >> step >> v1;
+  acc >> step >> a;
+  EXPECT_DOUBLE_EQ(v0, 9.5);
+  EXPECT_DOUBLE_EQ(v1, 29.5);
+  EXPECT_EQ(step, 10);
+  EXPECT_DOUBLE_EQ(a, 60.0);  // percent
+}
+
 }  // namespace
 }  // namespace cohort::train
