@@ -223,7 +223,7 @@ void FmnistRun::evaluate(int64_t step, int epoch) {
                   100.0 * raw.accuracy, raw.loss);
   }
   log(line);
-  if (metrics_) {
+  if (metrics_ && rank_ == 0) {
     nlohmann::json m = {{"step", step},
                         {"epoch", epoch},
                         {"eval", true},
@@ -262,7 +262,7 @@ FmnistResult FmnistRun::run() {
   if (o_.batch_size <= 0 || o_.epochs <= 0) {
     throw UsageError("batch size and epochs must be positive");
   }
-  if (o_.eval_every < 0) throw UsageError("--eval-every must be 0 or positive");
+  if (o_.eval_interval < 0) throw UsageError("--eval-interval must be 0 or positive");
   if (!(o_.ema_decay >= 0 && o_.ema_decay < 1)) {
     char given[32];
     std::snprintf(given, sizeof given, "%g", o_.ema_decay);
@@ -296,8 +296,10 @@ FmnistResult FmnistRun::run() {
   if (rank_ == 0) {
     progress_.emplace(o_.out, true, o_.progress_bar && Progress::is_terminal(o_.out), "samples/s",
                       o_.log_every);
-    metrics_.emplace(metrics_path(o_.metrics_path, o_.checkpoint_dir), resumed.has_value());
   }
+  // Every rank: rank 0 the whole story, the others their step times (metrics.h).
+  metrics_.emplace(rank_metrics_path(metrics_path(o_.metrics_path, o_.checkpoint_dir), rank_),
+                   resumed.has_value());
   const int64_t per_rank = (train_.count + world_ - 1) / world_;
   const int64_t steps_per_epoch = (per_rank + o_.batch_size - 1) / o_.batch_size;
   // Steps are counted across restarts, possibly at other world sizes: the run ends at the end of
@@ -351,16 +353,18 @@ FmnistResult FmnistRun::run() {
       pos.batch_in_epoch = b + 1;
       result_.last_loss = loss;
       if (progress_) progress_->step(pos.step, total_steps, loss, ema_rate, lr);
-      if (metrics_) {
-        metrics_->write(
-            {{"step", pos.step},
-             {"epoch", epoch},
-             {"loss", loss},
-             {"lr", lr},
-             {"samples_per_s", rate},
-             {"comm_ms", 1e3 * comm_s},
-             {"time", std::chrono::duration<double>(Clock::now() - run_start).count()}});
+      nlohmann::json line = {
+          {"step", pos.step},
+          {"samples_per_s", rate},
+          {"step_ms", 1e3 * dt},
+          {"comm_ms", 1e3 * comm_s},
+          {"time", std::chrono::duration<double>(Clock::now() - run_start).count()}};
+      if (rank_ == 0) {
+        line.update({{"epoch", epoch}, {"loss", loss}, {"lr", lr}});
+      } else {
+        line["rank"] = rank_;
       }
+      metrics_->write(line);
       const CheckpointDue due =
           checkpoint_due(pos.step, o_.checkpoint_every, !o_.checkpoint_dir.empty());
       if (due != CheckpointDue::kNone) {
@@ -377,7 +381,7 @@ FmnistResult FmnistRun::run() {
         break;
       }
       // Evaluations between epoch ends (the last step of an epoch is evaluated below).
-      if (o_.eval_every > 0 && pos.step % o_.eval_every == 0 && b + 1 < steps_per_epoch) {
+      if (o_.eval_interval > 0 && pos.step % o_.eval_interval == 0 && b + 1 < steps_per_epoch) {
         evaluate(pos.step, epoch);
       }
     }

@@ -143,7 +143,7 @@ double GptRun::validate(int64_t step) {
   std::snprintf(line, sizeof line, "step %lld: validation loss %.4f", static_cast<long long>(step),
                 val);
   log(line);
-  if (metrics_) metrics_->write({{"step", step}, {"eval", true}, {"val_loss", val}});
+  if (metrics_ && rank_ == 0) metrics_->write({{"step", step}, {"eval", true}, {"val_loss", val}});
   return val;
 }
 
@@ -251,8 +251,10 @@ GptResult GptRun::run() {
   if (rank_ == 0) {
     progress_.emplace(o_.out, true, o_.progress_bar && Progress::is_terminal(o_.out), "tokens/s",
                       o_.log_every);
-    metrics_.emplace(metrics_path(o_.metrics_path, o_.checkpoint_dir), resumed);
   }
+  // Every rank: rank 0 the whole story, the others their step times (metrics.h).
+  metrics_.emplace(rank_metrics_path(metrics_path(o_.metrics_path, o_.checkpoint_dir), rank_),
+                   resumed);
   {
     char line[384];
     std::snprintf(
@@ -289,15 +291,18 @@ GptResult GptRun::run() {
     result_.last_loss = loss;
     result_.grad_norm = norm;
     if (progress_) progress_->step(step + 1, o_.max_steps, loss, ema_rate, lr);
-    if (metrics_) {
-      metrics_->write({{"step", step + 1},
-                       {"loss", loss},
-                       {"lr", lr},
-                       {"grad_norm", norm},
-                       {"tokens_per_s", rate},
-                       {"comm_ms", 1e3 * comm_s},
-                       {"time", std::chrono::duration<double>(Clock::now() - run_start).count()}});
+    nlohmann::json line = {
+        {"step", step + 1},
+        {"tokens_per_s", rate},
+        {"step_ms", 1e3 * dt},
+        {"comm_ms", 1e3 * comm_s},
+        {"time", std::chrono::duration<double>(Clock::now() - run_start).count()}};
+    if (rank_ == 0) {
+      line.update({{"loss", loss}, {"lr", lr}, {"grad_norm", norm}});
+    } else {
+      line["rank"] = rank_;
     }
+    metrics_->write(line);
     const CheckpointDue due =
         checkpoint_due(step + 1, o_.checkpoint_every, !o_.checkpoint_dir.empty());
     if (due != CheckpointDue::kNone) {

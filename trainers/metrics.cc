@@ -45,4 +45,12 @@ std::string metrics_path(const std::string& metrics_option, const std::string& c
   return "metrics.jsonl";
 }
 
+std::string rank_metrics_path(const std::string& path, int rank) {
+  if (path.empty() || rank == 0) return path;
+  std::filesystem::path p(path);
+  const std::string ext = p.extension().string();
+  p.replace_extension();
+  return p.string() + ".rank" + std::to_string(rank) + ext;
+}
+
 }  // namespace cohort::train

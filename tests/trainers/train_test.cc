@@ -64,7 +64,7 @@ TEST_F(Training, FmnistOneEpochWithTwoRanks) {
   if (!have_fmnist()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   std::vector<FmnistResult> r(2);
   FmnistOptions o = fmnist_options();
-  o.eval_every = 47;
+  o.eval_interval = 47;
   run_ranks(2, [&](int rank, cohort::ProcessGroup& pg) {
     auto dev = make_cpu_device(1);
     Comm comm(pg, *dev, false);
@@ -198,6 +198,71 @@ TEST_F(Training, FmnistResumesAtAnotherWorldSize) {
   EXPECT_GT(r[0].test_accuracy, 0.25);  // 11 steps in: well above chance (0.1)
 }
 
+TEST_F(Training, FmnistEvaluatesEveryIntervalAndEveryRankLogsItsSteps) {
+  if (!have_fmnist()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  FmnistOptions o = fmnist_options();
+  o.train_limit = 1024;  // 8 steps of 2 x 64
+  o.test_limit = 300;
+  o.eval_interval = 3;
+  o.metrics_path = path("run/metrics.jsonl");
+  std::vector<FmnistResult> r(2);
+  run_ranks(2, [&](int rank, cohort::ProcessGroup& pg) {
+    auto dev = make_cpu_device(1);
+    Comm comm(pg, *dev, false);
+    r[rank] = train_fmnist(o, *dev, comm);
+  });
+  ASSERT_EQ(r[0].steps, 8);
+  // Steps 3 and 6, then the end of the epoch (step 8), on both ranks with the same scores: each
+  // scores its half of the test set and the counts are summed.
+  std::vector<int64_t> eval_steps;
+  for (const auto& m : metrics(path("run/metrics.jsonl"))) {
+    if (m.contains("eval")) eval_steps.push_back(m.at("step").get<int64_t>());
+  }
+  EXPECT_EQ(eval_steps, (std::vector<int64_t>{3, 6, 8}));
+  ASSERT_EQ(r[0].evals.size(), 3u);
+  ASSERT_EQ(r[1].evals.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(r[0].evals[i].step, eval_steps[i]);
+    EXPECT_EQ(r[0].evals[i].test_accuracy, r[1].evals[i].test_accuracy);
+    // Correct answers out of all 300 images, not out of one rank's 150.
+    const double correct = r[0].evals[i].raw_test_accuracy * 300;
+    EXPECT_NEAR(correct, std::round(correct), 1e-6);
+  }
+  EXPECT_GT(r[0].evals[2].raw_test_accuracy, 0.2);  // above chance (0.1) after 8 steps
+  // Rank 1 writes its own training lines beside rank 0's file: no evaluations, no loss.
+  ASSERT_TRUE(fs::exists(path("run/metrics.rank1.jsonl")));
+  EXPECT_FALSE(fs::exists(path("run/metrics.rank0.jsonl")));
+  for (const char* file : {"run/metrics.jsonl", "run/metrics.rank1.jsonl"}) {
+    const bool rank1 = std::string(file).find("rank1") != std::string::npos;
+    int64_t expect = 1;
+    for (const auto& m : metrics(path(file))) {
+      if (m.contains("eval")) continue;
+      EXPECT_EQ(m.at("step").get<int64_t>(), expect++) << file;
+      const double step_ms = m.at("step_ms").get<double>();
+      const double comm_ms = m.at("comm_ms").get<double>();
+      EXPECT_GT(step_ms, 0) << file;
+      EXPECT_LT(step_ms, 60e3) << file;
+      EXPECT_GE(step_ms, comm_ms) << file;
+      EXPECT_GE(comm_ms, 0) << file;
+      // Both ranks' images over the step's time.
+      EXPECT_NEAR(m.at("samples_per_s").get<double>(), 128 / (step_ms / 1e3),
+                  1e-6 * m.at("samples_per_s").get<double>())
+          << file;
+      EXPECT_EQ(m.contains("loss"), !rank1) << file;
+      if (rank1) {
+        EXPECT_EQ(m.at("rank"), 1);
+      }
+    }
+    EXPECT_EQ(expect, 9) << file;
+  }
+}
+
+TEST_F(Training, FmnistRejectsANegativeEvalInterval) {
+  FmnistOptions o = fmnist_options();
+  o.eval_interval = -1;
+  EXPECT_THROW(train_fmnist(o, *dev_, single_), UsageError);
+}
+
 GptOptions gpt_options(const std::string& data) {
   GptOptions o;
   o.data = data;
@@ -249,6 +314,7 @@ TEST_F(Training, GptResumesAtAnotherWorldSize) {
   const GptResult one = train_gpt(o, *dev_, single_);
   EXPECT_EQ(one.grad_accum, 2);
   o.max_steps = 5;
+  o.metrics_path = path("ckpt/metrics.jsonl");
   std::vector<GptResult> r(2);
   run_ranks(2, [&](int rank, cohort::ProcessGroup& pg) {
     auto dev = make_cpu_device(1);
@@ -260,6 +326,16 @@ TEST_F(Training, GptResumesAtAnotherWorldSize) {
   EXPECT_EQ(r[0].grad_accum, 1);  // the same tokens per step, split over two ranks
   EXPECT_EQ(r[0].params_crc, r[1].params_crc);
   EXPECT_LT(r[0].last_loss, std::log(256.0));
+  // Rank 1's steps beside rank 0's: the resumed steps 4 and 5, tokens/s and step times.
+  const auto lines = metrics(path("ckpt/metrics.rank1.jsonl"));
+  ASSERT_EQ(lines.size(), 2u);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].at("step"), 4 + static_cast<int>(i));
+    EXPECT_EQ(lines[i].at("rank"), 1);
+    EXPECT_GT(lines[i].at("tokens_per_s").get<double>(), 0);
+    EXPECT_GT(lines[i].at("step_ms").get<double>(), 0);
+    EXPECT_FALSE(lines[i].contains("eval"));
+  }
 }
 
 TEST_F(Training, GptSamplesPrintableTextAtTheEnd) {
@@ -322,6 +398,84 @@ TEST_F(Training, PlotMetricsDrawsAPng) {
   in.read(magic, 8);
   EXPECT_EQ(std::string(magic + 1, 3), "PNG");
   EXPECT_GT(fs::file_size(png), 5000u);
+}
+
+// Files of both trainers, fmnist's with a slow rank 1: each evaluation and each throughput gets its
+// own axis, and every rank a line of its own. The gnuplot script and data files are kept (--keep)
+// and read back.
+TEST_F(Training, PlotMetricsGivesEachMetricItsAxisAndEachRankALine) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "no gnuplot";
+  fs::create_directories(path("fm"));
+  fs::create_directories(path("gpt"));
+  {
+    std::ofstream r0(path("fm/metrics.jsonl")), r1(path("fm/metrics.rank1.jsonl"));
+    for (int s = 1; s <= 40; ++s) {
+      // Rank 1 works 30 ms a step, rank 0 10 ms and then waits 20 ms for it in the allreduce.
+      const nlohmann::json t = {{"step", s}, {"samples_per_s", 128 / 0.03}, {"step_ms", 30.0}};
+      nlohmann::json a = t, b = t;
+      a.update({{"loss", 2.3 / s}, {"lr", 0.05}, {"comm_ms", 20.5}});
+      b.update({{"rank", 1}, {"comm_ms", 0.5}});
+      r0 << a.dump() << "\n";
+      r1 << b.dump() << "\n";
+      if (s % 10 == 0) {
+        r0 << nlohmann::json{{"step", s}, {"eval", true}, {"test_accuracy", 0.5 + s / 100.0}}.dump()
+           << "\n";
+      }
+    }
+    std::ofstream g(path("gpt/metrics.jsonl"));
+    for (int s = 1; s <= 50; ++s) {
+      g << nlohmann::json{{"step", s},
+                          {"loss", 5.0 / s},
+                          {"tokens_per_s", 2e4},
+                          {"step_ms", 25.0},
+                          {"comm_ms", 1.0}}
+               .dump()
+        << "\n";
+      if (s % 25 == 0) {
+        g << nlohmann::json{{"step", s}, {"eval", true}, {"val_loss", 3.0}}.dump() << "\n";
+      }
+    }
+  }
+  const std::string png = path("plot.png"), keep = path("keep");
+  const std::string cmd = std::string(COHORT_TRAINER_TEST_DIR) + "/../../scripts/plot_metrics " +
+                          path("fm/metrics.jsonl") + " " + path("gpt/metrics.jsonl") + " -o " +
+                          png + " --keep " + keep + " > " + path("plot.log") + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  EXPECT_GT(fs::file_size(png), 20000u);
+  std::ifstream in(keep + "/plot.gp");
+  const std::string gp((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(gp.find("multiplot layout 2,2"), std::string::npos) << gp;
+  // The accuracy on the left, the validation loss on the right; samples/s left, tokens/s right.
+  const auto plot_after = [&](const std::string& ylabel) {
+    const size_t at = gp.find("set ylabel \"" + ylabel + "\"");
+    if (at == std::string::npos) return std::string("(no such panel)");
+    const size_t plot = gp.find("\nplot ", at);
+    return gp.substr(at, gp.find('\n', plot + 1) - at);
+  };
+  const std::string eval = plot_after("test accuracy (%)");
+  EXPECT_NE(eval.find("set y2label \"validation loss\""), std::string::npos) << eval;
+  EXPECT_NE(eval.find("eval1_val_loss.dat\" using 1:2 axes x1y2"), std::string::npos) << eval;
+  EXPECT_NE(eval.find("eval0_test_accuracy.dat\" using 1:2 with"), std::string::npos) << eval;
+  const std::string rates = plot_after("samples/s");
+  EXPECT_NE(rates.find("set y2label \"tokens/s\""), std::string::npos) << rates;
+  EXPECT_NE(rates.find("\"fm rank 1 (samples/s)\""), std::string::npos) << rates;
+  EXPECT_NE(rates.find("rate1_0_tokens_per_s.dat\" using 1:2 axes x1y2"), std::string::npos)
+      << rates;
+  const std::string times = plot_after("ms per step (solid: outside the allreduce)");
+  for (const char* title : {"\"fm rank 0\"", "\"fm rank 1\"", "\"gpt rank 0\"", "\"fm step\""}) {
+    EXPECT_NE(times.find(title), std::string::npos) << title << " in " << times;
+  }
+  // The time outside the allreduce: rank 1's 29.5 ms stands above rank 0's 9.5 ms.
+  std::ifstream w0(keep + "/work0_0.dat"), w1(keep + "/work0_1.dat"),
+      acc(keep + "/eval0_test_accuracy.dat");
+  double step = 0, v0 = 0, v1 = 0, a = 0;
+  w0 >> step >> v0;
+  w1 >> step >> v1;
+  acc >> step >> a;
+  EXPECT_DOUBLE_EQ(v0, 9.5);
+  EXPECT_DOUBLE_EQ(v1, 29.5);
+  EXPECT_EQ(step, 10);
+  EXPECT_DOUBLE_EQ(a, 60.0);  // percent
 }
 
 }  // namespace

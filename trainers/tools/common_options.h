@@ -10,14 +10,19 @@
 
 namespace cohort::train {
 
-// `Options` is FmnistOptions or GptOptions: both carry the checkpoint and metrics fields.
+// `Options` is FmnistOptions or GptOptions: both carry the evaluation, checkpoint and metrics
+// fields.
 template <typename Options>
 void add_common_options(CLI::App& app, Options& o, WorkerOptions& w, std::string& summary_path) {
+  app.add_option("--eval-interval", o.eval_interval,
+                 "steps between evaluations (0: only at the end, and at epoch ends)")
+      ->capture_default_str();
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoints here, resume from here");
   app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints");
   app.add_option("--keep-checkpoints", o.keep_checkpoints, "complete checkpoints to keep");
   app.add_flag("!--no-resume", o.resume, "ignore existing checkpoints");
-  app.add_option("--metrics", o.metrics_path, "metrics.jsonl path ('-': none)");
+  app.add_option("--metrics", o.metrics_path,
+                 "metrics.jsonl path ('-': none); rank N>0 writes metrics.rankN.jsonl beside it");
   app.add_option("--log-every", o.log_every, "steps between log lines off a terminal");
   app.add_option("--summary-json", summary_path, "write the final results to this file (rank 0)");
   app.add_option("--device", w.device, "cpu, cuda or cuda:N")->capture_default_str();

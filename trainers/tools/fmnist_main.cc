@@ -37,9 +37,10 @@ void define_options(CLI::App& app, Cli& c) {
   app.add_option("--max-steps", c.o.max_steps, "stop after this many steps (0: all epochs)");
   app.add_option("--train-limit", c.o.train_limit, "use only the first N training images");
   app.add_option("--test-limit", c.o.test_limit, "evaluate on the first N test images");
-  app.add_option("--eval-every", c.o.eval_every,
-                 "also evaluate every N steps (default: at the end of each epoch only)");
   add_common_options(app, c.o, c.w, c.summary);
+  // The option's former spelling, before it took the GPT trainer's; hidden from --help.
+  app.add_option("--eval-every", c.o.eval_interval, "former spelling of --eval-interval")
+      ->group("");
   app.add_option("--min-test-accuracy", c.min_accuracy,
                  "exit with status 3 when the final test accuracy is lower (checks, CI)");
 }

@@ -32,8 +32,6 @@ void define_options(CLI::App& app, Cli& c) {
   app.add_option("--weight-decay", c.o.adamw.weight_decay, "AdamW weight decay")
       ->capture_default_str();
   app.add_option("--grad-clip", c.o.grad_clip, "max gradient norm (0: off)")->capture_default_str();
-  app.add_option("--eval-interval", c.o.eval_interval, "steps between validations")
-      ->capture_default_str();
   app.add_option("--eval-batches", c.o.eval_batches, "micro-batches per validation")
       ->capture_default_str();
   app.add_option("--sample", c.o.sample_bytes, "bytes to generate at the end");

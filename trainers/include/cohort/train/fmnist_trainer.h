@@ -4,7 +4,8 @@
 // Data parallel: every rank builds the same model from the same seed (checked by a checksum
 // broadcast), reads its DistributedSampler shard (seed + epoch), and after each backward the
 // gradients of all ranks are summed by ONE allreduce (the mean loss rides in the same buffer);
-// SGD then applies their mean. Rank 0 alone prints, writes metrics.jsonl and checkpoints.
+// SGD then applies their mean. Rank 0 alone prints, writes metrics.jsonl and checkpoints; the other
+// ranks write their step times beside it (metrics.h).
 // Evaluation scores an exponential moving average of the weights (ema_decay; every rank keeps the
 // same one) and, for comparison, the weights themselves.
 // A run resumes by itself from the newest complete checkpoint in checkpoint_dir, at any world size.
@@ -43,11 +44,13 @@ struct FmnistOptions {
   // the last weights (seeds 0-4: 89.33-89.87% against 86.94-89.09%).
   float ema_decay = 0.98f;
   uint64_t seed = 0;
-  int64_t max_steps = 0;       // stop after this many optimiser steps in total (0: run all epochs)
-  int64_t train_limit = 0;     // use only the first N training images (0: all 60,000)
-  int64_t test_limit = 0;      // evaluate on the first N test images (0: all 10,000)
-  int64_t eval_every = 0;      // also evaluate every N steps (0: only at the end of each epoch)
-  std::string checkpoint_dir;  // "" disables checkpoints and resuming
+  int64_t max_steps = 0;    // stop after this many optimiser steps in total (0: run all epochs)
+  int64_t train_limit = 0;  // use only the first N training images (0: all 60,000)
+  int64_t test_limit = 0;   // evaluate on the first N test images (0: all 10,000)
+  // Also evaluate every N steps (0: only at the end of each epoch and of the run). The name and
+  // the option (--eval-interval) are the GPT trainer's.
+  int64_t eval_interval = 0;
+  std::string checkpoint_dir;    // "" disables checkpoints and resuming
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
   int keep_checkpoints = 2;
   bool resume = true;        // start from the newest complete checkpoint in checkpoint_dir

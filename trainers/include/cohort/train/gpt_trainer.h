@@ -6,8 +6,9 @@
 // accumulate locally and are summed across ranks by ONE allreduce after the last micro-step only
 // (the mean loss rides in the same buffer, so the logged loss is averaged over ranks); then
 // gradient-norm clipping, a cosine learning rate with warm-up, and AdamW with weight decay on
-// matrices and embeddings only. Rank 0 alone prints, writes metrics.jsonl and checkpoints; a run
-// resumes by itself from the newest complete checkpoint, at any world size that divides the batch.
+// matrices and embeddings only. Rank 0 alone prints, writes metrics.jsonl and checkpoints (the
+// other ranks write their step times beside it, metrics.h); a run resumes by itself from the newest
+// complete checkpoint, at any world size that divides the batch.
 #pragma once
 
 #include <cstdint>
