@@ -21,6 +21,9 @@ std::string failures(int round, int node_rank) {
 std::string exit_count(int round) {
   return "round/" + std::to_string(round) + "/exit";
 }
+std::string status(int node_rank) {
+  return "status/" + std::to_string(node_rank);
+}
 }  // namespace keys
 
 namespace round_ops {

@@ -24,6 +24,7 @@ std::string done_count(int round);
 std::string outcome(int round);
 std::string failures(int round, int node_rank);
 std::string exit_count(int round);
+std::string status(int node_rank);  // the node's NodeStatus (node_status.h), refreshed as it runs
 }  // namespace keys
 
 namespace round_ops {
