@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cohort/base/metrics_endpoint.h"
 #include "cohort/base/parse.h"
 #include "cohort/base/version.h"
 #include "cohort/error.h"
@@ -413,6 +414,36 @@ const std::vector<Flag>& flags() {
         "fails is named and the node exits 1 without joining",
         [](LaunchConfig& c, const std::string& v) {
           c.gpu_preflight = switch_value("--gpu-preflight", v);
+        });
+    own("--metrics-port", "PORT",
+        "Serve this node agent's Prometheus metrics at http://<host>:PORT/metrics (0: a free "
+        "port, logged); off by default",
+        [](LaunchConfig& c, const std::string& v) {
+          c.metrics_port = int_value("--metrics-port", v, 0, 65535);
+        });
+    own("--metrics-addr", "HOST:PORT",
+        "Serve the metrics at this address instead (127.0.0.1:PORT keeps them off the network)",
+        [](LaunchConfig& c, const std::string& v) {
+          try {
+            (void)metrics_address(v, -1, "");
+          } catch (const std::exception& e) {
+            bad("--metrics-addr", std::string(": ") + e.what());
+          }
+          c.metrics_addr = v;
+        });
+    own("--straggler-factor", "X",
+        "Name a rank whose compute time per step stays above the median of all ranks' by this "
+        "factor for --straggler-window (libcohort workers; 0: off)",
+        [](LaunchConfig& c, const std::string& v) {
+          auto x = parse_double(v);
+          if (!x || !(*x == 0 || *x > 1))
+            bad("--straggler-factor", "takes 0 (off) or a number > 1 (got '" + v + "')");
+          c.straggler_factor = *x;
+        });
+    own("--straggler-window", "SECONDS",
+        "How long a rank must stay slow before it is named a straggler",
+        [](LaunchConfig& c, const std::string& v) {
+          c.straggler_window = seconds_value("--straggler-window", v);
         });
     own("--version", "", "Print the version and exit", [](LaunchConfig&, const std::string&) {});
     return t;

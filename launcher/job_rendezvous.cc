@@ -60,6 +60,14 @@ void JobRendezvous::publish_success(int round, int node_rank, int nnodes, Done d
                unless_moved(std::move(done)));
 }
 
+void JobRendezvous::publish_status(
+    int node_rank, int nnodes, std::string record,
+    std::function<void(std::exception_ptr, std::vector<std::string>)> done) {
+  bridge_->call<std::vector<std::string>>(
+      [=](Store& s) { return round_ops::publish_status(s, node_rank, nnodes, record); },
+      std::move(done));
+}
+
 void JobRendezvous::publish_abort(int round, int node_rank, std::string detail, Done done) {
   // Urgent: a rendezvous may still be waiting on the store thread.
   bridge_->run_urgent(

@@ -71,6 +71,10 @@ class JobRendezvous {
   void publish_abort(int round, int node_rank, std::string detail, Done done);
   void collect_failures(int round, int nnodes,
                         std::function<void(std::exception_ptr, std::vector<WorkerFailure>)> done);
+  // Publishes this node's status record (node_status.h); node rank 0 also gets every node's
+  // records that exist (its own included), for the straggler check.
+  void publish_status(int node_rank, int nnodes, std::string record,
+                      std::function<void(std::exception_ptr, std::vector<std::string>)> done);
   // Counts this node out; when it hosts the store, waits up to `timeout` for the others.
   void exit_barrier(int round, int nnodes, std::chrono::milliseconds timeout, Done done);
 

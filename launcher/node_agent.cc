@@ -1,5 +1,7 @@
 #include "node_agent.h"
 
+#include "cohort/base/metrics_endpoint.h"
+
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -149,7 +151,36 @@ void NodeAgent::start() {
   }
   start_file_timer();
   rdzv_ = make_rendezvous();
+  if (deps_.real_process) start_observer();
   handle(agent_.start());
+}
+
+void NodeAgent::start_observer() {
+  NodeObserverOptions o;
+  o.run_id = plan_.run_id;
+  o.host = plan_.host;
+  o.metrics = metrics_address(plan_.config.metrics_addr, plan_.config.metrics_port, "0.0.0.0");
+  o.straggler_factor = plan_.config.straggler_factor;
+  o.straggler_window = plan_.config.straggler_window;
+  observer_ = std::make_unique<NodeObserver>(io_, clock_, std::move(o), gpu_.get(), log_,
+                                             [this] { return observed(); });
+}
+
+AgentView NodeAgent::observed() const {
+  static constexpr const char* kPhases[] = {"starting",  "rendezvous", "running",
+                                            "finishing", "stopping",   "done"};
+  AgentView v;
+  v.phase = kPhases[static_cast<int>(agent_.phase())];
+  v.running = agent_.phase() == Agent::Phase::kRunning && group_ != nullptr;
+  v.round = assignment_.round;
+  v.restarts = agent_.restart_count();
+  v.max_restarts = plan_.config.max_restarts;
+  v.node_rank = assignment_.node_rank;
+  v.nnodes = assignment_.nnodes;
+  v.base_rank = assignment_.base_rank;
+  v.group = group_.get();
+  v.rdzv = rdzv_.get();
+  return v;
 }
 
 void NodeAgent::start_file_timer() {
@@ -347,6 +378,7 @@ void NodeAgent::report_progress() {
 void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outcome>& previous) {
   assignment_ = a;
   group_.reset();
+  if (observer_) observer_->new_round();
   if (deps_.real_process) {
     if (int n = kill_stray_children(keep_pids(), 1000ms); n > 0)
       log_->warn("killed {} process(es) the last group's workers left behind", n);
@@ -547,6 +579,7 @@ void NodeAgent::shut_down() {
   progress_timer_->cancel();
   std::error_code ignored;
   signals_.cancel(ignored);
+  observer_.reset();  // before what it reads
   group_.reset();
   if (deps_.real_process) kill_stray_children(keep_pids(), 1000ms);
   rdzv_.reset();  // interrupts a store call still blocked, joins the store threads

@@ -28,6 +28,7 @@
 #include "job_plan.h"
 #include "job_rendezvous.h"
 #include "loop_clock.h"
+#include "node_observer.h"
 #include "process_spawner.h"
 #include "reaper.h"
 #include "worker_group.h"
@@ -93,6 +94,8 @@ class NodeAgent {
   std::unique_ptr<JobRendezvous> make_rendezvous();
   // TORCHELASTIC_ENABLE_FILE_TIMER=1: serves the workers' FileTimerClients (file_timer.h).
   void start_file_timer();
+  // The status records, the straggler check and the metrics endpoint (node_observer.h).
+  void start_observer();
 
   JobPlan plan_;
   EnvMap env_;
@@ -127,6 +130,9 @@ class NodeAgent {
   bool leaving_ = false;        // stopped here: exit once the abort landed (or its grace ended)
   bool stopped_ = false;
   int exit_code_ = 0;
+  // Last: it reads the group, the rendezvous and the GPU monitor above (real processes only).
+  std::unique_ptr<NodeObserver> observer_;
+  AgentView observed() const;
 };
 
 }  // namespace cohort::launch

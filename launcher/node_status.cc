@@ -34,6 +34,7 @@ std::string to_json(const NodeStatus& s) {
     put(x, "comm_share", w.comm_share);
     put(x, "cpu_s", w.cpu_s);
     put(x, "rss_bytes", w.rss_bytes);
+    if (!w.gpu.empty()) x["gpu"] = w.gpu;
     workers.push_back(std::move(x));
   }
   json stragglers = json::array();
@@ -78,6 +79,7 @@ NodeStatus node_status_from_json(const std::string& text) {
       w.comm_share = get<double>(x, "comm_share");
       w.cpu_s = get<double>(x, "cpu_s");
       w.rss_bytes = get<long long>(x, "rss_bytes");
+      w.gpu = x.value("gpu", "");
       s.workers.push_back(std::move(w));
     }
     for (const auto& x : j.value("stragglers", json::array())) {

@@ -9,7 +9,7 @@
 //    "max_restarts": 3, "nnodes": 2, "updated": 1764790000.25,
 //    "workers": [{"rank": 0, "local_rank": 0, "pid": 4242, "state": "running",
 //                 "heartbeat_age_s": 0.1, "step": 120, "step_s": 0.052, "items_per_s": 2461.5,
-//                 "comm_share": 0.31, "cpu_s": 12.5, "rss_bytes": 104857600}],
+//                 "comm_share": 0.31, "cpu_s": 12.5, "rss_bytes": 104857600, "gpu": ""}],
 //    "stragglers": [{"rank": 3, "host": "n2", "ratio": 2.4, "reason": "GPU 1: thermal ..."}]}
 #pragma once
 
@@ -34,6 +34,7 @@ struct WorkerStatus {
   std::optional<double> comm_share;   // share of the step spent in communication, 0..1
   std::optional<double> cpu_s;        // user + system CPU seconds, from /proc
   std::optional<long long> rss_bytes;
+  std::string gpu;  // its GPU's notable condition ("thermal throttle at 91 C"; "" when none)
 };
 
 struct Straggler {

@@ -119,5 +119,21 @@ void exit_barrier(Store& store, int round, int nnodes, bool wait_for_all,
   }
 }
 
+std::vector<std::string> publish_status(Store& store, int node_rank, int nnodes,
+                                        const std::string& record) {
+  store.set(keys::status(node_rank), record);
+  std::vector<std::string> records;
+  if (node_rank != 0) return records;
+  for (int n = 0; n < nnodes; ++n) {
+    const std::string key[] = {keys::status(n)};
+    if (n == node_rank) {
+      records.push_back(record);
+    } else if (store.check(key)) {  // a node that has not published yet is left out
+      records.push_back(store.get(key[0]));
+    }
+  }
+  return records;
+}
+
 }  // namespace round_ops
 }  // namespace cohort::launch

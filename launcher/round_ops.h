@@ -47,6 +47,9 @@ void publish_failure(Store& store, int round, int node_rank, int restart_count,
 void publish_success(Store& store, int round, int node_rank, int nnodes);
 // Tries to decide `round` as `kind` (aborted, rescale, failed) with `detail`.
 void publish_outcome(Store& store, int round, Outcome outcome);
+// Sets this node's status record; node rank 0 gets back every node's record that exists.
+std::vector<std::string> publish_status(Store& store, int node_rank, int nnodes,
+                                        const std::string& record);
 // Every failure record nodes published for `round`.
 std::vector<WorkerFailure> collect_failures(Store& store, int round, int nnodes);
 // Counts this node out; with `wait_for_all`, waits (up to `timeout`) for all `nnodes`.

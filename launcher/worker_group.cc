@@ -71,6 +71,8 @@ struct WorkerGroup::Worker {
   std::shared_ptr<StreamPump> out_pump;
   std::shared_ptr<StreamPump> err_pump;
   char beat_buf[256];
+  HeartbeatStream beats;
+  std::optional<std::chrono::steady_clock::time_point> last_beat;
 
   bool output_open() const {
     return (out_pump && !out_pump->at_eof()) || (err_pump && !err_pump->at_eof());
@@ -220,8 +222,10 @@ void WorkerGroup::watch_exit(Worker& w) {
 void WorkerGroup::read_heartbeat(Worker& w) {
   w.heartbeat.async_read_some(
       asio::buffer(w.beat_buf),
-      [this, &w, alive = std::weak_ptr<int>(alive_)](std::error_code ec, size_t) {
+      [this, &w, alive = std::weak_ptr<int>(alive_)](std::error_code ec, size_t n) {
         if (ec || alive.expired()) return;  // the worker is gone, or so is the group
+        if (w.beats.feed(std::string_view(w.beat_buf, n)))
+          w.last_beat = std::chrono::steady_clock::now();
         if (spec_.hang_timeout.count() > 0 && w.running) {
           w.hang_timer->start(spec_.hang_timeout, [this, &w] {
             if (!w.running || w.dumping) return;
@@ -233,6 +237,16 @@ void WorkerGroup::read_heartbeat(Worker& w) {
         }
         read_heartbeat(w);
       });
+}
+
+std::vector<WorkerReading> WorkerGroup::readings() const {
+  std::vector<WorkerReading> out;
+  out.reserve(workers_.size());
+  for (const auto& w : workers_) {
+    out.push_back({w->spec.local_rank, w->pid, w->running, !w->running && w->wait_status != 0,
+                   w->last_beat, w->beats.last_step()});
+  }
+  return out;
 }
 
 void WorkerGroup::on_exit(Worker& w) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "failure.h"
+#include "heartbeat_stream.h"
 #include "loop_clock.h"
 #include "output.h"
 #include "process_spawner.h"
@@ -78,6 +79,16 @@ struct WorkerGroupEvents {
   std::function<void(pid_t)> reaped;
 };
 
+// What the group knows about one worker now (metrics, the node's status record).
+struct WorkerReading {
+  int local_rank = 0;
+  pid_t pid = -1;  // -1 before it started
+  bool running = false;
+  bool failed = false;  // exited and reported with a failure status
+  std::optional<std::chrono::steady_clock::time_point> last_beat;
+  std::optional<StepReport> last_step;
+};
+
 class WorkerGroup {
  public:
   // `io`, `clock` and `spawner` must outlive the group. Nothing starts until start().
@@ -100,6 +111,7 @@ class WorkerGroup {
   // says which timer expired. False (nothing sent) for a process that is none of this group's.
   bool signal_for_expired_timer(pid_t pid, const std::string& scope, int sig);
   const GroupSpec& spec() const { return spec_; }
+  std::vector<WorkerReading> readings() const;
 
  private:
   struct Worker;

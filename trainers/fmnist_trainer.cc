@@ -12,6 +12,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "cohort/heartbeat.h"
 #include "cohort/train/checkpoint.h"
 #include "cohort/train/cnn.h"
 #include "cohort/train/metrics.h"
@@ -365,6 +366,7 @@ FmnistResult FmnistRun::run() {
         line["rank"] = rank_;
       }
       metrics_->write(line);
+      report_step(pos.step, dt, rate, comm_s);  // to cohortrun: its metrics and straggler check
       const CheckpointDue due =
           checkpoint_due(pos.step, o_.checkpoint_every, !o_.checkpoint_dir.empty());
       if (due != CheckpointDue::kNone) {

@@ -13,6 +13,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "cohort/heartbeat.h"
 #include "cohort/train/checkpoint.h"
 #include "cohort/train/metrics.h"
 #include "cohort/train/progress.h"
@@ -303,6 +304,7 @@ GptResult GptRun::run() {
       line["rank"] = rank_;
     }
     metrics_->write(line);
+    report_step(step + 1, dt, rate, comm_s);  // to cohortrun: its metrics and straggler check
     const CheckpointDue due =
         checkpoint_due(step + 1, o_.checkpoint_every, !o_.checkpoint_dir.empty());
     if (due != CheckpointDue::kNone) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 
@@ -67,13 +68,58 @@ bool HeartbeatWriter::beat(Clock::time_point now) {
   return write_without_sigpipe(fd_, &byte, 1) == 1;
 }
 
-void heartbeat() {
+bool HeartbeatWriter::report(int64_t step, double step_seconds, double items_per_second,
+                             double comm_seconds, Clock::time_point now) {
+  if (fd_ < 0) return false;
+  char line[160];
+  const int n =
+      std::snprintf(line, sizeof line, "S %lld %.6g %.6g %.6g\n", static_cast<long long>(step),
+                    step_seconds, items_per_second, comm_seconds);
+  if (n <= 0 || static_cast<size_t>(n) >= sizeof line) return false;
+  last_ns_.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
+      std::memory_order_relaxed);
+  return write_without_sigpipe(fd_, line, static_cast<size_t>(n)) == n;
+}
+
+namespace {
+
+HeartbeatWriter& process_writer() {
   static HeartbeatWriter writer([] {
     const char* v = std::getenv("COHORT_HEARTBEAT_FD");
     if (v == nullptr) return -1;
     return heartbeat_fd_from_env(EnvMap{{"COHORT_HEARTBEAT_FD", v}}).value_or(-1);
   }());
-  writer.beat();
+  return writer;
+}
+
+// The steps since the last report, averaged into the next one.
+struct StepWindow {
+  HeartbeatWriter::Clock::time_point last_report{};
+  int steps = 0;
+  double step_s = 0, items = 0, comm_s = 0;
+};
+
+}  // namespace
+
+void heartbeat() {
+  process_writer().beat();
+}
+
+void report_step(int64_t step, double step_seconds, double items_per_second, double comm_seconds) {
+  constexpr auto kReportInterval = std::chrono::milliseconds(250);
+  static StepWindow w;
+  HeartbeatWriter& writer = process_writer();
+  if (writer.fd() < 0) return;
+  ++w.steps;
+  w.step_s += step_seconds;
+  w.items += items_per_second * step_seconds;  // items, so that the mean is weighted by time
+  w.comm_s += comm_seconds;
+  const auto now = HeartbeatWriter::Clock::now();
+  if (now - w.last_report < kReportInterval) return;
+  writer.report(step, w.step_s / w.steps, w.step_s > 0 ? w.items / w.step_s : 0, w.comm_s / w.steps,
+                now);
+  w = StepWindow{now};
 }
 
 }  // namespace cohort

@@ -14,10 +14,15 @@ hand:
 
     cohort.beat()
 
-Without cohortrun (no COHORT_HEARTBEAT_FD) both do nothing.
-"""
-from ._heartbeat import beat, install_torch_hook
+A training loop can also say how far it is and how long its steps take, for cohortrun's metrics,
+`cohortctl status` and its straggler check (comm_seconds: the step's time in communication):
 
-__all__ = ["beat", "install_torch_hook"]
+    cohort.report_step(step, step_seconds, samples_per_second, comm_seconds)
+
+Without cohortrun (no COHORT_HEARTBEAT_FD) all of these do nothing.
+"""
+from ._heartbeat import beat, install_torch_hook, report_step
+
+__all__ = ["beat", "install_torch_hook", "report_step"]
 
 install_torch_hook()

@@ -15,6 +15,10 @@
 //                 environment, nor /proc/self/environ, nor a grandchild's /proc/self/environ holds
 //                 the token or its variables; prints "TOKEN_FILE <path> MODE <octal>" and
 //                 "CLEAN rank <r>", then runs `collectives` (the store still authenticates it)
+//   steps         $COHORT_TEST_STEPS steps (default 100) of 20 ms "compute" (rank
+//                 $COHORT_TEST_SLOW_RANK: $COHORT_TEST_SLOW_FACTOR times as long, default 3) and a
+//                 small allreduce, each told to cohortrun with cohort::report_step (the
+//                 straggler tests); prints "STEPS rank <r>"
 //
 // On a restart (TORCHELASTIC_RESTART_COUNT > 0) kill/hang have no victim, so a launcher that
 // restarts the group sees the job succeed. Env knobs: COHORT_TEST_SHM=0 (TCP only),
@@ -34,6 +38,7 @@
 
 #include "cohort/cpu_process_group.h"
 #include "cohort/error_file.h"
+#include "cohort/heartbeat.h"
 #include "collective_checks.h"
 
 namespace {
@@ -190,12 +195,35 @@ int run_token_env(cohort::Context& ctx, const GivenToken& given) {
   return run_collectives(ctx);
 }
 
+int run_steps(cohort::Context& ctx) {
+  using Clock = std::chrono::steady_clock;
+  auto pg = cohort::new_cpu_process_group(ctx, options_from_env());
+  const int steps = env_int("COHORT_TEST_STEPS", 100);
+  const int slow = env_int("COHORT_TEST_SLOW_RANK", -1);
+  const int factor = env_int("COHORT_TEST_SLOW_FACTOR", 3);
+  const auto compute = std::chrono::milliseconds(ctx.rank() == slow ? 20 * factor : 20);
+  std::vector<float> grad(1024, 1.0f);
+  for (int step = 1; step <= steps; ++step) {
+    const auto t0 = Clock::now();
+    std::this_thread::sleep_for(compute);  // the step's work: the slow rank's is longer
+    const auto t1 = Clock::now();
+    pg->allreduce(std::span<float>(grad), cohort::ReduceOp::kSum);
+    const auto t2 = Clock::now();
+    const double step_s = std::chrono::duration<double>(t2 - t0).count();
+    cohort::report_step(step, step_s, 32 * ctx.world_size() / step_s,
+                        std::chrono::duration<double>(t2 - t1).count());
+  }
+  std::printf("STEPS rank %d\n", ctx.rank());
+  return 0;
+}
+
 }  // namespace
 
 // Not in the anonymous namespace: the error-file tests look for this frame by name.
 int worker_main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s collectives|kill|hang|throw|segv|wait-go|token-env\n", argv[0]);
+    std::fprintf(stderr, "usage: %s collectives|kill|hang|throw|segv|wait-go|token-env|steps\n",
+                 argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -211,6 +239,7 @@ int worker_main(int argc, char** argv) {
   if (mode == "kill") return run_victim(ctx, false);
   if (mode == "hang") return run_victim(ctx, true);
   if (mode == "wait-go") return run_wait_go(ctx);
+  if (mode == "steps") return run_steps(ctx);
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;
 }

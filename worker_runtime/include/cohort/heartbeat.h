@@ -7,7 +7,14 @@
 // SIGPIPE. Without COHORT_HEARTBEAT_FD every beat is a no-op. Every collective of libcohort beats
 // on entry and on completion, so a worker stuck inside a collective stops beating.
 //
-// Thread safety: heartbeat() and HeartbeatWriter::beat() are safe from any thread.
+// Step reports ride on the same pipe: report_step() tells the launcher how far the worker is and
+// how long its steps take (cohortrun's metrics, `cohortctl status`, the straggler check). A
+// report is one line, "S <step> <step_s> <items_per_s> <comm_s>\n", written in one write() (under
+// PIPE_BUF, so never interleaved with other bytes); at most one per 250 ms, averaging the steps
+// since the last one. Every report is also a beat.
+//
+// Thread safety: heartbeat() and HeartbeatWriter::beat() are safe from any thread; report_step()
+// from the one thread that runs the steps.
 #pragma once
 
 #include <atomic>
@@ -21,6 +28,11 @@ namespace cohort {
 
 // Beats through the process-wide writer made from COHORT_HEARTBEAT_FD (read on the first call).
 void heartbeat();
+
+// Step `step` (counted from 1) took `step_seconds` of wall time, of which `comm_seconds` in
+// communication (gradient allreduce, waiting included), and processed `items_per_second`
+// samples or tokens per second (as the worker counts them; 0 when it does not).
+void report_step(int64_t step, double step_seconds, double items_per_second, double comm_seconds);
 
 // The fd named by COHORT_HEARTBEAT_FD in `env`, or nullopt when it is absent or malformed.
 std::optional<int> heartbeat_fd_from_env(const EnvMap& env);
@@ -41,6 +53,10 @@ class HeartbeatWriter {
   bool beat(Clock::time_point now = Clock::now());
 
   int fd() const { return fd_; }
+
+  // Writes one step report line (see report_step()), and counts it as a beat. True iff written.
+  bool report(int64_t step, double step_seconds, double items_per_second, double comm_seconds,
+              Clock::time_point now = Clock::now());
 
  private:
   const int fd_;

@@ -99,6 +99,15 @@ struct LaunchConfig {
   // --gpu-preflight: before joining, every GPU this node will use must be visible to NVML, free
   // of other processes and free of pending errors, or the node exits without joining.
   bool gpu_preflight = false;
+  // --metrics-addr HOST:PORT, or --metrics-port N on every interface: where this node agent
+  // serves its Prometheus metrics (port -1: nowhere; 0: a free port, logged).
+  std::string metrics_addr;
+  int metrics_port = -1;
+  // Stragglers: a rank whose compute time per step (its step time less its communication) stays
+  // above the median of all ranks' by this factor for the whole window is named by node rank 0's
+  // agent, in its log, its metrics and its status record (cohortctl status). 0: off.
+  double straggler_factor = 1.5;
+  std::chrono::milliseconds straggler_window{std::chrono::seconds(30)};
   // The store's token (cohortd's HMAC handshake): hosted stores require it, agents and
   // libcohort workers present it; PyTorch workers cannot, so they connect from
   // `allow_unauthenticated_from` networks (comma-separated CIDRs) or not at all.
