@@ -125,7 +125,14 @@ void NodeObserver::publish(const AgentView& v, const NodeStatus& status) {
                                                  std::vector<std::string> records) {
         if (alive.expired()) return;
         publishing_ = false;
-        if (err) return;  // the store is the rendezvous' business; the next tick tries again
+        if (err) {  // the store is the rendezvous' business; the next tick tries again
+          try {
+            std::rethrow_exception(err);
+          } catch (const std::exception& e) {
+            log_->debug("could not publish this node's status: {}", e.what());
+          }
+          return;
+        }
         std::vector<NodeStatus> nodes;
         for (const auto& r : records) {
           try {

@@ -9,8 +9,9 @@
 // With --metrics-port or --metrics-addr it serves the same, and the GPU metrics, in Prometheus'
 // text format.
 //
-// Publishing goes through the agent's store thread (JobRendezvous::publish_status), only while the
-// workers run, and never more than one at a time: a slow store delays the records, never the agent.
+// Publishing goes through the agent's store connection for urgent calls
+// (JobRendezvous::publish_status), only while the workers run, and never more than one at a
+// time: a slow store delays the records, never the agent.
 //
 // Thread safety: the loop's thread only.
 #pragma once
