@@ -227,10 +227,10 @@ OpsResult run_ops(const Endpoint& ep, int clients, KeyMode mode, const OpsConfig
   }
   // CPU time over the counted window only (the warm-up and the drain are left out).
   std::this_thread::sleep_until(w.begin);
-  double server0 = cfg.server_pid > 0 ? process_cpu_seconds(cfg.server_pid) : -1;
+  const CpuSeconds server0 = cfg.server_pid > 0 ? process_cpu(cfg.server_pid) : CpuSeconds{};
   double self0 = self_cpu_seconds();
   std::this_thread::sleep_until(w.end);
-  double server1 = cfg.server_pid > 0 ? process_cpu_seconds(cfg.server_pid) : -1;
+  const CpuSeconds server1 = cfg.server_pid > 0 ? process_cpu(cfg.server_pid) : CpuSeconds{};
   double self1 = self_cpu_seconds();
   for (auto& t : workers) t.join();
 
@@ -245,7 +245,11 @@ OpsResult run_ops(const Endpoint& ep, int clients, KeyMode mode, const OpsConfig
   result.ops_per_s = static_cast<double>(result.requests) / cfg.duration_s;
   result.p50_us = latency.percentile_us(50);
   result.p99_us = latency.percentile_us(99);
-  if (server0 >= 0 && server1 >= 0) result.server_cpu = (server1 - server0) / cfg.duration_s;
+  if (server0.known() && server1.known()) {
+    const double total = server1.total() - server0.total();
+    result.server_cpu = total / cfg.duration_s;
+    if (total > 0) result.server_kernel_share = (server1.system - server0.system) / total;
+  }
   result.generator_cpu = (self1 - self0) / cfg.duration_s;
   return result;
 }

@@ -41,6 +41,9 @@ struct OpsResult {
   double ops_per_s = 0;               // requests / seconds
   double p50_us = 0, p99_us = 0;      // round trip of one write (SET+WAIT counts as one)
   double server_cpu = -1;             // server CPU seconds per second of window (1.0 = one core)
+  // Share of that CPU spent in the kernel (system time): on loopback, mostly TCP's work for both
+  // ends of each round trip, which no server code can save.
+  double server_kernel_share = -1;
   double generator_cpu = 0;           // the same for this process
   std::vector<double> all_ops_per_s;  // every repetition's ops/s, when the cell was repeated
 };

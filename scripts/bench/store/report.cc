@@ -92,6 +92,7 @@ json ops_json(const OpsResult& r) {
             {"p99_us", round_to(r.p99_us, 1)},
             {"server_cpu", round_to(r.server_cpu, 2)},
             {"server_us_per_op", round_to(server_us_per_op(r), 2)},
+            {"server_kernel_share", round_to(r.server_kernel_share, 2)},
             {"generator_cpu", round_to(r.generator_cpu, 2)}};
   if (r.all_ops_per_s.size() > 1) j["runs_ops_per_s"] = r.all_ops_per_s;
   if (!r.error.empty()) j["error"] = r.error;
@@ -144,27 +145,32 @@ void print_tables(const BenchReport& r, std::FILE* out) {
     std::fprintf(out,
                  "\nops/s: each client one connection, one write outstanding, cycling SET+WAIT, "
                  "GET, ADD;\nevery request counted (SET with its WAIT); p50/p99 per round trip;\n"
-                 "srv cpu = server cores busy; us/op = server CPU microseconds per request\n");
+                 "srv cpu = server cores busy; us/op = server CPU microseconds per request;\n"
+                 "krnl = share of the server's CPU in the kernel (on loopback, TCP's work for both "
+                 "ends)\n");
     std::fprintf(out, "%-16s", "clients keys");
-    for (const auto& s : r.servers) std::fprintf(out, " | %-40s", s.name.c_str());
+    for (const auto& s : r.servers) std::fprintf(out, " | %-45s", s.name.c_str());
     std::fprintf(out, "%s\n", compare ? " |  ratio" : "");
     std::fprintf(out, "%-16s", "");
     for (size_t i = 0; i < r.servers.size(); ++i) {
-      std::fprintf(out, " | %10s %7s %7s %7s %5s", "ops/s", "p50 us", "p99 us", "srv cpu", "us/op");
+      std::fprintf(out, " | %10s %7s %7s %7s %5s %4s", "ops/s", "p50 us", "p99 us", "srv cpu",
+                   "us/op", "krnl");
     }
     std::fprintf(out, "%s\n", compare ? " |" : "");
     for (const auto& cell : r.ops) {
       std::fprintf(out, "%7d %-8s", cell.clients, key_mode_name(cell.mode));
       for (const auto& res : cell.results) {
         if (!res.error.empty()) {
-          std::fprintf(out, " | %-40s", "error (see below)");
+          std::fprintf(out, " | %-45s", "error (see below)");
           continue;
         }
         double us = server_us_per_op(res);
-        std::fprintf(out, " | %10s %7.1f %7.1f %7s %5s", with_commas(res.ops_per_s).c_str(),
-                     res.p50_us, res.p99_us,
-                     res.server_cpu < 0 ? "-" : fmt("%.0f%%", res.server_cpu * 100).c_str(),
-                     us < 0 ? "-" : fmt("%.1f", us).c_str());
+        std::fprintf(
+            out, " | %10s %7.1f %7.1f %7s %5s %4s", with_commas(res.ops_per_s).c_str(), res.p50_us,
+            res.p99_us, res.server_cpu < 0 ? "-" : fmt("%.0f%%", res.server_cpu * 100).c_str(),
+            us < 0 ? "-" : fmt("%.1f", us).c_str(),
+            res.server_kernel_share < 0 ? "-"
+                                        : fmt("%.0f%%", res.server_kernel_share * 100).c_str());
       }
       if (compare) {
         auto ratio = ops_ratio(r, cell);

@@ -9,13 +9,13 @@
 
 namespace cohort::bench {
 
-double process_cpu_seconds(pid_t pid) {
+CpuSeconds process_cpu(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
-  if (!std::getline(f, line)) return -1;
+  if (!std::getline(f, line)) return {};
   // The command name (field 2) may hold spaces; fields count from the last ')'.
   auto paren = line.rfind(')');
-  if (paren == std::string::npos) return -1;
+  if (paren == std::string::npos) return {};
   std::istringstream rest(line.substr(paren + 2));
   std::string field;
   unsigned long long utime = 0, stime = 0;
@@ -23,7 +23,8 @@ double process_cpu_seconds(pid_t pid) {
     if (i == 14) utime = std::stoull(field);
     if (i == 15) stime = std::stoull(field);
   }
-  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return {static_cast<double>(utime) / tick, static_cast<double>(stime) / tick};
 }
 
 double self_cpu_seconds() {

@@ -58,8 +58,13 @@ class LatencyHistogram {
   uint64_t total_ = 0;
 };
 
-// User + system CPU seconds of process `pid` (all its threads), from /proc; -1 if unreadable.
-double process_cpu_seconds(pid_t pid);
+// CPU seconds of process `pid` (all its threads), from /proc; -1 each if unreadable.
+struct CpuSeconds {
+  double user = -1, system = -1;
+  bool known() const { return user >= 0 && system >= 0; }
+  double total() const { return user + system; }
+};
+CpuSeconds process_cpu(pid_t pid);
 // User + system CPU seconds of this process so far.
 double self_cpu_seconds();
 
