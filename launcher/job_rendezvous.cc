@@ -63,11 +63,10 @@ void JobRendezvous::publish_success(int round, int node_rank, int nnodes, Done d
 void JobRendezvous::publish_status(
     int node_rank, int nnodes, std::string record,
     std::function<void(std::exception_ptr, std::vector<std::string>)> done) {
-  // On the urgent thread: an elastic agent's store thread blocks in its membership watch for
+  // On a thread of its own: an elastic agent's store thread blocks in its membership watch for
   // seconds at a time, and a status record waiting behind it would be stale when it lands.
-  // (A status write is one SET and at most nnodes GETs: an abort behind it waits a moment.)
   auto records = std::make_shared<std::vector<std::string>>();
-  bridge_->run_urgent(
+  bridge_->run_status(
       [=](Store& s) { *records = round_ops::publish_status(s, node_rank, nnodes, record); },
       [records, done = std::move(done)](std::exception_ptr err) {
         done(err, std::move(*records));

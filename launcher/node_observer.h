@@ -9,7 +9,7 @@
 // With --metrics-port or --metrics-addr it serves the same, and the GPU metrics, in Prometheus'
 // text format.
 //
-// Publishing goes through the agent's store connection for urgent calls
+// Publishing goes through a store connection and thread of its own
 // (JobRendezvous::publish_status), only while the workers run, and never more than one at a
 // time: a slow store delays the records, never the agent.
 //

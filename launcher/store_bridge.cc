@@ -14,10 +14,11 @@ StoreBridge::StoreBridge(asio::any_io_executor loop, StoreFactory factory, std::
   ops_worker_.thread = std::thread([this] { work(ops_worker_, "cohort-store"); });
   watch_worker_.thread = std::thread([this] { work(watch_worker_, "cohort-watch"); });
   urgent_worker_.thread = std::thread([this] { work(urgent_worker_, "cohort-urgent"); });
+  status_worker_.thread = std::thread([this] { work(status_worker_, "cohort-status"); });
 }
 
 StoreBridge::~StoreBridge() {
-  for (Worker* w : {&ops_worker_, &watch_worker_, &urgent_worker_}) {
+  for (Worker* w : {&ops_worker_, &watch_worker_, &urgent_worker_, &status_worker_}) {
     std::lock_guard lock(w->mu);
     w->stopping = true;
     w->jobs.clear();
@@ -26,13 +27,14 @@ StoreBridge::~StoreBridge() {
   // A watch may be blocked on a key nobody will write any more, or a connect may still wait.
   ++*watch_generation_;
   abandon_ = true;
-  for (Worker* w : {&ops_worker_, &watch_worker_, &urgent_worker_}) {
+  for (Worker* w : {&ops_worker_, &watch_worker_, &urgent_worker_, &status_worker_}) {
     std::lock_guard lock(w->conn_mu);
     if (w->conn) w->conn->interrupt();
   }
   ops_worker_.thread.join();
   watch_worker_.thread.join();
   urgent_worker_.thread.join();
+  status_worker_.thread.join();
 }
 
 void StoreBridge::work(Worker& w, const char* name) {
@@ -73,6 +75,10 @@ void StoreBridge::run(std::function<void(Store&)> op, Done done) {
 
 void StoreBridge::run_urgent(std::function<void(Store&)> op, Done done) {
   run_on(urgent_worker_, std::move(op), std::move(done));
+}
+
+void StoreBridge::run_status(std::function<void(Store&)> op, Done done) {
+  run_on(status_worker_, std::move(op), std::move(done));
 }
 
 void StoreBridge::run_on(Worker& w, std::function<void(Store&)> op, Done done) {

@@ -1,10 +1,12 @@
 // StoreBridge: the agent's store operations, off the event loop.
 //
 // Store calls block (a rendezvous can wait for minutes), and the loop must keep forwarding output
-// and watching children meanwhile. The bridge owns two threads, each with its own connection made
+// and watching children meanwhile. The bridge owns four threads, each with its own connection made
 // by the factory: "cohort-store" runs operations in order; "cohort-watch" blocks on one key at a
 // time (watch()); "cohort-urgent" runs what must not queue behind a blocked call (run_urgent():
-// an abort published while a rendezvous still waits). Results are posted back to the loop's
+// an abort published while a rendezvous still waits); "cohort-status" runs the node's status
+// records (run_status()), which must neither wait behind an elastic agent's blocking membership
+// watch nor hold up an abort while the store is out of reach. Results are posted back to the loop's
 // executor. The bridge knows nothing of what the keys mean. Joined in the destructor, which
 // interrupts whatever call is still blocked.
 //
@@ -42,6 +44,8 @@ class StoreBridge {
   // thread's current call.
   void run_urgent(std::function<void(Store&)> op, Done done);
 
+  // The same on the status records' thread and connection.
+  void run_status(std::function<void(Store&)> op, Done done);
   // Runs op(store) on the store thread, then done(error, result) on the loop.
   template <typename T>
   void call(std::function<T(Store&)> op, std::function<void(std::exception_ptr, T)> done) {
@@ -85,6 +89,7 @@ class StoreBridge {
   Worker ops_worker_;
   Worker watch_worker_;
   Worker urgent_worker_;
+  Worker status_worker_;
 };
 
 }  // namespace cohort::launch
