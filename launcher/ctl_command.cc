@@ -69,13 +69,13 @@ int parse_ctl_args(int argc, char** argv, CtlConfig* config) {
                    "Redraw every --interval seconds until Ctrl-C (SIGINT) or SIGTERM");
   status->add_option("--interval", config->interval_s, "Seconds between redraws with --watch")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(0.01, 86400.0))
       ->type_name("SECONDS");
   status
       ->add_option("--connect-timeout", config->connect_timeout_s,
                    "Seconds to wait for the store to answer")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(0.01, 86400.0))
       ->type_name("SECONDS");
   // For tests: stop --watch after N refreshes.
   status->add_option("--count", config->count)->group("")->check(CLI::NonNegativeNumber);
