@@ -1,5 +1,6 @@
 // `cohortctl status` end to end: a real cohortd, records written with the launcher's own to_json
 // functions (as cohortrun's agents write them), and the real cohortctl binary.
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cohort/rdzv/prefix_store.h"
 #include "cohort/rdzv/tcp_store.h"
 #include "common/subprocess.h"
 #include "failure.h"
@@ -71,8 +73,9 @@ class CohortctlTest : public ::testing::Test {
   // after it), round 1 runs, rank 2 straggles. Job "eval": 1 node, round 0 running, no status.
   void write_jobs(Store& s) {
     const double now = wall_clock_now();
+    // Under the run's prefix, as the agents' StoreBridge writes.
     auto put = [&](const std::string& run, const std::string& key, const std::string& value) {
-      s.set(keys::run_prefix(run) + "/" + key, value);
+      PrefixStore(keys::run_prefix(run), s).set(key, value);
     };
     for (int r : {0, 1}) {
       for (int n : {0, 1}) {
@@ -131,6 +134,17 @@ class CohortctlTest : public ::testing::Test {
     e.nproc = 1;
     e.host = "evalhost";
     put("eval", keys::node(0, 0), to_json(e));
+  }
+  // An elastic job between rounds: round 1 ran, the rendezvous forms round 2 (dynamic_protocol).
+  void write_elastic_job(Store& s) {
+    PrefixStore p(keys::run_prefix("grow"), s);
+    NodeInfo n;
+    n.id = "g:1:z";
+    n.nproc = 4;
+    n.host = "g0";
+    p.set(keys::node(1, 0), to_json(n));
+    p.compare_set("rdzv/current", "", "2");
+    p.set("rdzv/round/2/state", "opaque: not read");
   }
 
   std::unique_ptr<Subprocess> cohortd_;
@@ -203,6 +217,37 @@ TEST_F(CohortctlTest, JsonHasTheSameContent) {
   EXPECT_EQ(d["rounds"][0]["outcome"]["kind"], "failed");
   EXPECT_EQ(d["rounds"][0]["failures"].size(), 2u);
   EXPECT_EQ(d["rounds"][0]["root_cause"]["global_rank"], 3);
+}
+
+TEST_F(CohortctlTest, AnElasticJobShowsTheRoundBeingFormed) {
+  start();
+  auto s = client();
+  write_elastic_job(*s);
+  auto r = cohortctl({"status", "--store", endpoint_, "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json d = json::parse(r.out);  // the only job: its detail
+  EXPECT_EQ(d["run_id"], "grow");
+  EXPECT_EQ(d["round"], 2);
+  EXPECT_EQ(d["state"], "rendezvous");
+  EXPECT_TRUE(d["problems"].empty()) << r.out;
+}
+
+TEST_F(CohortctlTest, WatchEndsAtOnceOnSigintOrSigterm) {
+  start();
+  auto s = client();
+  write_jobs(*s);
+  for (int sig : {SIGINT, SIGTERM}) {
+    Subprocess p({COHORTCTL_BIN, "status", "--store", endpoint_, "--job", "train", "--watch",
+                  "--interval", "60"});
+    auto first = p.read_line(10s);
+    ASSERT_TRUE(first);
+    EXPECT_TRUE(has(*first, "job train:")) << *first;
+    p.signal(sig);
+    auto st = p.wait(3s);  // not the 60 s interval
+    ASSERT_TRUE(st) << "cohortctl --watch did not end at signal " << sig;
+    EXPECT_TRUE(WIFEXITED(*st));
+    EXPECT_EQ(WEXITSTATUS(*st), 0);
+  }
 }
 
 TEST_F(CohortctlTest, WatchRedrawsUntilItsCount) {
