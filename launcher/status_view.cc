@@ -145,7 +145,10 @@ std::string render_job_detail(const JobStatus& job, double now) {
 
   bool any_failure = false;
   for (const auto& r : job.rounds) {
-    if (r.failures.empty() && !(r.outcome && r.outcome->kind != Outcome::kSucceeded)) continue;
+    // A rescale (a node joining) or a success is no failure; a round with reports is one.
+    const bool failed =
+        r.outcome && (r.outcome->kind == Outcome::kFailed || r.outcome->kind == Outcome::kAborted);
+    if (r.failures.empty() && !failed) continue;
     if (!any_failure) os << "\nfailures:\n";
     any_failure = true;
     os << "  round " << r.round << ": ";
