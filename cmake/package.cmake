@@ -1,6 +1,6 @@
 # Debian packages with CPack: `cpack -G DEB` in a build folder (configured with any prefix; the
 # packages install under /usr) writes three packages for Debian 12, one per install component:
-#   cohort          (runtime) cohortrun, cohortd, the trainers, man pages, bash completion,
+#   cohort          (runtime) cohortrun, cohortd, cohortctl, the trainers, man pages, bash completion,
 #                   cohortd.service, the `cohort` Python package for workers
 #   libcohortX.Y    (lib)     the shared library libcohort.so.X.Y (X.Y: its SOVERSION)
 #   libcohort-dev   (dev)     headers, the static libraries, libcohort.so, the CMake package and
@@ -108,7 +108,8 @@ cause of a failure.
 
 cohortd is a rendezvous store, wire-compatible with PyTorch's TCPStore,
 optionally persistent and token-protected; cohortd.service runs it under
-systemd (installed, not enabled).
+systemd (installed, not enabled). cohortctl status shows the jobs in a store:
+rounds, workers' heartbeats and steps, stragglers, failures and root causes.
 
 Also: two example trainers written from scratch (a Fashion-MNIST CNN and a
 small GPT), man pages and bash completion.")

@@ -43,6 +43,8 @@ void block(std::ostringstream& os, const WorkerFailure& f) {
   os << "  traceback : " << indent_lines(trace.empty() ? "<N/A>" : trace, 2) << "\n";
 }
 
+}  // namespace
+
 // "1, 3, 5-9": ranks as a short list.
 std::string rank_list(const std::vector<int>& ranks) {
   std::ostringstream os;
@@ -55,6 +57,8 @@ std::string rank_list(const std::vector<int>& ranks) {
   }
   return os.str();
 }
+
+namespace {
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -72,12 +76,31 @@ bool is_timeout(const WorkerFailure& f) {
   return false;
 }
 
-std::string format_failure_report(const std::string& title, std::vector<WorkerFailure> failures,
-                                  int world_size) {
-  // The root cause is the earliest; the others follow in rank order, as torchrun lists them.
+size_t root_cause(const std::vector<WorkerFailure>& failures) {
   auto root = std::min_element(
       failures.begin(), failures.end(),
       [](const WorkerFailure& a, const WorkerFailure& b) { return a.timestamp < b.timestamp; });
+  return static_cast<size_t>(root - failures.begin());
+}
+
+std::vector<int> timeout_suspects(const std::vector<WorkerFailure>& failures, int world_size) {
+  std::vector<int> alive;
+  if (failures.empty() || world_size <= 0 || !is_timeout(failures[root_cause(failures)]))
+    return alive;
+  std::vector<bool> failed(static_cast<size_t>(world_size), false);
+  for (const auto& f : failures)
+    if (f.global_rank >= 0 && f.global_rank < world_size)
+      failed[static_cast<size_t>(f.global_rank)] = true;
+  for (int r = 0; r < world_size; ++r)
+    if (!failed[static_cast<size_t>(r)]) alive.push_back(r);
+  return alive;
+}
+
+std::string format_failure_report(const std::string& title, std::vector<WorkerFailure> failures,
+                                  int world_size) {
+  const std::vector<int> alive = timeout_suspects(failures, world_size);
+  // The root cause is the earliest; the others follow in rank order, as torchrun lists them.
+  auto root = failures.begin() + static_cast<std::ptrdiff_t>(root_cause(failures));
   const WorkerFailure first = *root;
   failures.erase(root);
   std::stable_sort(
@@ -93,23 +116,11 @@ std::string format_failure_report(const std::string& title, std::vector<WorkerFa
   }
   os << dash << "\nRoot Cause (first observed failure):\n";
   block(os, first);
-  if (world_size > 0 && is_timeout(first)) {
-    std::vector<bool> failed(static_cast<size_t>(world_size), false);
-    auto mark = [&](const WorkerFailure& f) {
-      if (f.global_rank >= 0 && f.global_rank < world_size)
-        failed[static_cast<size_t>(f.global_rank)] = true;
-    };
-    mark(first);
-    for (const auto& f : failures) mark(f);
-    std::vector<int> alive;
-    for (int r = 0; r < world_size; ++r)
-      if (!failed[static_cast<size_t>(r)]) alive.push_back(r);
-    if (!alive.empty()) {
-      os << dash << "\nRank " << first.global_rank
-         << " timed out waiting; these ranks had not failed (a rank that was late or hung is "
-            "among them):\n  "
-         << rank_list(alive) << "\n";
-    }
+  if (!alive.empty()) {
+    os << dash << "\nRank " << first.global_rank
+       << " timed out waiting; these ranks had not failed (a rank that was late or hung is "
+          "among them):\n  "
+       << rank_list(alive) << "\n";
   }
   os << eq << "\n";
   return os.str();

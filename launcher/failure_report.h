@@ -35,6 +35,14 @@ namespace cohort::launch {
 std::string format_failure_report(const std::string& title, std::vector<WorkerFailure> failures,
                                   int world_size = 0);
 
+// The root cause of a set of failures: the index of the earliest. REQUIRES: !failures.empty().
+size_t root_cause(const std::vector<WorkerFailure>& failures);
+// When the root cause timed out waiting: the ranks of the world (0..world_size-1) that had not
+// failed, among which is the one that was late or hung; empty otherwise.
+std::vector<int> timeout_suspects(const std::vector<WorkerFailure>& failures, int world_size);
+// "1, 3, 5-9": ranks as a short list.
+std::string rank_list(const std::vector<int>& ranks);
+
 // Whether a failure's words say it timed out waiting ("timed out", "timeout", "deadline").
 bool is_timeout(const WorkerFailure& f);
 

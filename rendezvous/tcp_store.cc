@@ -438,6 +438,32 @@ int64_t TcpStore::num_keys() {
   });
 }
 
+std::vector<std::string> TcpStore::list_keys() {
+  if (options_.dialect != StoreDialect::kCurrent) {
+    throw StoreError(
+        "listing keys needs the current dialect: PyTorch 1.13/2.0 servers have no "
+        "LIST_KEYS",
+        "", address_);
+  }
+  return call(true, "list_keys", "", [&](Connection& c, Clock::time_point deadline) {
+    c.conn.send_all(RequestBuilder(rdzv::Dialect::kCurrent).op(Op::kListKeys).bytes(), deadline);
+    std::vector<std::string> out;
+    try {
+      for (std::string_view k : c.read(Op::kListKeys, deadline).values) out.emplace_back(k);
+    } catch (const ConnectionLost& e) {
+      // Servers that do not know an opcode close the connection at it; listing is read-only, so
+      // nothing is lost, and retrying would only be refused again.
+      drop_connection_locked();
+      throw StoreError("the store at " + address_ + " closed the connection at LIST_KEYS (" +
+                           e.what() +
+                           "): it cannot list its keys; cohortd can (PyTorch's TCPStore servers "
+                           "before LIST_KEYS was added cannot)",
+                       "", address_);
+    }
+    return out;
+  });
+}
+
 std::vector<std::string> TcpStore::multi_get(std::span<const std::string> keys) {
   return call(true, "multi_get", keys.empty() ? "" : keys[0],
               [&](Connection& c, Clock::time_point deadline) {

@@ -15,7 +15,7 @@ mkdir -p "$work"
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
-binaries=(cohortrun cohortd cohort-train-fmnist cohort-train-gpt)
+binaries=(cohortrun cohortd cohortctl cohort-train-fmnist cohort-train-gpt)
 
 for b in "${binaries[@]}"; do
   [[ -x $bin/$b ]] || { fail "$bin/$b not built"; continue; }
@@ -43,6 +43,8 @@ usage_errors=(
   "cohortd|--fsync sometimes|--fsync"
   "cohortd|--allow-unauthenticated-from 10.0.0.0/8|--allow-unauthenticated-from"
   "cohortd|--config $work/missing.toml|missing.toml"
+  "cohortctl|status --store 127.0.0.1:1 --interval abc|--interval"
+  "cohortctl|status --json|--store"
   "cohort-train-fmnist|--bogus|--bogus"
   "cohort-train-fmnist|--epochs abc|--epochs"
   "cohort-train-gpt|--bogus|--bogus"

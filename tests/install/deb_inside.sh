@@ -7,11 +7,11 @@ fail() { echo "deb_inside: FAIL: $*" >&2; exit 1; }
 cd /tmp
 
 # ---- the programs --------------------------------------------------------------------------------
-for b in cohortrun cohortd cohort-train-fmnist cohort-train-gpt; do
+for b in cohortrun cohortd cohortctl cohort-train-fmnist cohort-train-gpt; do
   out=$("/usr/bin/$b" --version) || fail "$b --version exited $?"
   [[ $out == "$b "[0-9]* ]] || fail "$b --version printed '$out'"
 done
-for f in /usr/bin/cohortrun /usr/bin/cohortd /usr/bin/cohort-train-* /usr/lib/*/libcohort.so.*; do
+for f in /usr/bin/cohortrun /usr/bin/cohortd /usr/bin/cohortctl /usr/bin/cohort-train-* /usr/lib/*/libcohort.so.*; do
   if ldd "$f" | grep 'not found'; then  # grep reads it all: no SIGPIPE
     fail "$f needs libraries its package does not depend on (above)"
   fi

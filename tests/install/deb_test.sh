@@ -78,7 +78,7 @@ say "cpack: ${debs[*]##*/}"
 # What each package must hold (a few files per kind) and depend on.
 contents() { dpkg-deb -c "$1" | awk '{ print $6 }' | sed 's|^\./|/|; s|/$||'; }
 contents "${debs[0]}" >"$work/cohort.files"
-for f in /usr/bin/cohortrun /usr/bin/cohortd /usr/bin/cohort-train-fmnist /usr/bin/cohort-train-gpt \
+for f in /usr/bin/cohortrun /usr/bin/cohortd /usr/bin/cohortctl /usr/bin/cohort-train-fmnist /usr/bin/cohort-train-gpt \
          /usr/share/man/man1/cohortrun.1.gz /usr/share/man/man1/cohortd.1.gz \
          /usr/share/bash-completion/completions/cohortrun /lib/systemd/system/cohortd.service \
          /usr/lib/cohort/python/cohort/__init__.py /usr/share/doc/cohort/copyright \

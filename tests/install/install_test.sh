@@ -14,14 +14,14 @@ fail() { echo "install_test: $*" >&2; exit 1; }
 
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || fail "cmake --install failed"
 libdir=$(sed -n 's/^libdir=\${prefix}\///p' "$build/cohort.pc")
-for f in bin/cohortrun bin/cohortd include/cohort/context.h include/cohort/cpu_process_group.h \
+for f in bin/cohortrun bin/cohortd bin/cohortctl include/cohort/context.h include/cohort/cpu_process_group.h \
          include/cohort/error.h include/cohort/rdzv/store.h include/cohort/base/environment.h \
          "$libdir/libcohort.a" "$libdir/libcohort.so" "$libdir/pkgconfig/cohort.pc" \
          lib/cohort/python/cohort/__init__.py \
          "$libdir/cmake/cohort/cohortConfig.cmake" "$libdir/cmake/cohort/cohortConfigVersion.cmake"; do
   [[ -e $prefix/$f ]] || fail "not installed: $f"
 done
-for b in cohortrun cohortd; do
+for b in cohortrun cohortd cohortctl; do
   zcat "$prefix/share/man/man1/$b.1.gz" | grep -q "^\.TH ${b^^} " || fail "no man page for $b"
   grep -q "^complete -F _$b $b\$" "$prefix/share/bash-completion/completions/$b" ||
     fail "no bash completion for $b"

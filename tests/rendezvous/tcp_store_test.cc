@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <future>
 #include <thread>
 
@@ -135,6 +139,26 @@ TEST_P(TcpStoreTest, ReconnectsAfterTheConnectionIsLost) {
   EXPECT_EQ(s->get("k"), "v");
 }
 
+TEST_P(TcpStoreTest, ListKeysListsEveryKeySortedOrSaysItNeedsTheCurrentDialect) {
+  auto s = client();
+  s->set("b/2", "x");
+  s->set("a/1", "y");
+  s->add("c", 1);
+  if (GetParam() == StoreDialect::kTorch113) {
+    try {
+      s->list_keys();
+      FAIL() << "list_keys answered in the 1.13 dialect";
+    } catch (const StoreError& e) {
+      EXPECT_NE(std::string(e.what()).find("current dialect"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(s->get("a/1"), "y");  // still usable
+    return;
+  }
+  EXPECT_EQ(s->list_keys(), (std::vector<std::string>{"a/1", "b/2", "c"}));
+  EXPECT_TRUE(s->delete_key("b/2"));
+  EXPECT_EQ(s->list_keys(), (std::vector<std::string>{"a/1", "c"}));
+}
+
 INSTANTIATE_TEST_SUITE_P(BothDialects, TcpStoreTest,
                          ::testing::Values(StoreDialect::kCurrent, StoreDialect::kTorch113),
                          [](const auto& info) {
@@ -166,6 +190,53 @@ TEST(TcpStoreConnect, RetriesUntilTheServerAppears) {
   auto store = connecting.get();
   store->set("k", "v");
   EXPECT_EQ(store->get("k"), "v");
+}
+
+// A server of the current dialect that does not know LIST_KEYS: it answers the handshake
+// (VALIDATE, then PING with its nonce) and closes the connection at the next request, as
+// PyTorch's servers do with an opcode they do not know.
+TEST(TcpStoreListKeys, AServerWithoutListKeysIsReportedClearly) {
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(lfd, 4), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::thread fake([lfd] {
+    int fd = ::accept(lfd, nullptr, nullptr);
+    if (fd < 0) return;
+    unsigned char in[10];  // VALIDATE (opcode, u32 magic), PING (opcode, u32 nonce)
+    size_t got = 0;
+    while (got < sizeof in) {
+      ssize_t n = ::read(fd, in + got, sizeof in - got);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    if (got == sizeof in) {
+      (void)!::write(fd, in + 6, 4);  // the PING's nonce back
+      char op;
+      (void)!::read(fd, &op, 1);  // LIST_KEYS: unknown here
+    }
+    ::close(fd);
+  });
+  TcpStoreOptions o;
+  o.port = ntohs(addr.sin_port);
+  o.connect_timeout = 5s;
+  o.timeout = 5s;
+  auto start = std::chrono::steady_clock::now();
+  try {
+    TcpStore s(o);
+    s.list_keys();
+    FAIL() << "list_keys answered";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot list its keys"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
+  fake.join();
+  ::close(lfd);
 }
 
 TEST(TcpStoreConnect, GivesUpAtTheDeadlineNamingTheAddress) {

@@ -78,6 +78,11 @@ class TcpStore final : public Store {
   void set_timeout(std::chrono::milliseconds timeout) override;
   std::string describe() const override;
 
+  // Every key in the store, sorted (cohortd's LIST_KEYS). Needs the current dialect and a server
+  // that knows LIST_KEYS (cohortd; PyTorch's servers before it was added close the connection at
+  // it): throws StoreError saying so otherwise.
+  std::vector<std::string> list_keys();
+
   // "host:port" of the server.
   const std::string& address() const { return address_; }
   // False when tagged writes were asked for and the server turned out not to be cohortd.
