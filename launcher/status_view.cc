@@ -138,8 +138,9 @@ std::string render_job_detail(const JobStatus& job, double now) {
   if (!job.stragglers.empty()) {
     os << "\nstragglers:\n";
     for (const auto& s : job.stragglers) {
-      os << "  rank " << s.rank << " (" << s.host << "): step time " << fixed(s.ratio, 1)
-         << "x the median" << (s.reason.empty() ? "" : "; " + s.reason) << "\n";
+      os << "  rank " << s.rank << " (" << s.host << "): compute time per step "
+         << fixed(s.ratio, 1) << "x the median of the other ranks"
+         << (s.reason.empty() ? "" : "; its GPU: " + s.reason) << "\n";
     }
   }
 

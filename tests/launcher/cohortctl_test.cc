@@ -174,7 +174,11 @@ TEST_F(CohortctlTest, ListsTheJobsThenShowsOneInDetail) {
   EXPECT_TRUE(has(d, "1203")) << d;      // rank 3's step
   EXPECT_TRUE(has(d, "125.0 ms")) << d;  // rank 2's step time
   EXPECT_TRUE(has(d, "300.0 MiB")) << d;
-  EXPECT_TRUE(has(d, "rank 2 (node1): step time 2.5x the median; GPU 0: thermal slowdown")) << d;
+  EXPECT_TRUE(
+      has(d,
+          "rank 2 (node1): compute time per step 2.5x the median of the other ranks; its GPU: "
+          "GPU 0: thermal slowdown"))
+      << d;
   // The root cause is the earliest failure (the segfault), not the timeout that followed it.
   EXPECT_TRUE(has(d,
                   "root cause: rank 3 (local rank 1, node 1, node1, pid 4243): killed by "
