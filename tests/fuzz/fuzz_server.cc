@@ -363,7 +363,8 @@ class Harness final : public StoreListener {
     if (!c.h) {
       c = Conn{};
       c.id = next_id_++;
-      c.h = std::make_unique<ProtocolHandler>(state_, options_, c.id, must_authenticate_);
+      c.h = std::make_unique<ProtocolHandler>(state_, options_, c.id, must_authenticate_,
+                                              &counters_);
     }
     return c;
   }
@@ -624,6 +625,7 @@ class Harness final : public StoreListener {
   const bool must_authenticate_;
   ShadowJournal journal_;  // declared before state_, which points to it
   StoreState state_;
+  ServerCounters counters_;  // counted as the server counts (the metrics' code runs too)
   StoreModel model_;
   std::array<Conn, kSlots> conns_;
   std::vector<SessionId> told_;  // on_wait_satisfied calls during the current process()
