@@ -363,8 +363,8 @@ class Harness final : public StoreListener {
     if (!c.h) {
       c = Conn{};
       c.id = next_id_++;
-      c.h = std::make_unique<ProtocolHandler>(state_, options_, c.id, must_authenticate_,
-                                              &counters_);
+      c.h =
+          std::make_unique<ProtocolHandler>(state_, options_, c.id, must_authenticate_, &counters_);
     }
     return c;
   }

@@ -34,13 +34,13 @@ struct OpsConfig {
 };
 
 struct OpsResult {
-  std::string error;                  // empty on success
-  uint64_t requests = 0;              // replies completed in the window (SET counted with its WAIT)
-  uint64_t cycles = 0;                // SET, WAIT+GET, ADD cycles completed in the window
-  double seconds = 0;                 // window length
-  double ops_per_s = 0;               // requests / seconds
-  double p50_us = 0, p99_us = 0;      // round trip of one write (SET+WAIT counts as one)
-  double server_cpu = -1;             // server CPU seconds per second of window (1.0 = one core)
+  std::string error;              // empty on success
+  uint64_t requests = 0;          // replies completed in the window (SET counted with its WAIT)
+  uint64_t cycles = 0;            // SET, WAIT+GET, ADD cycles completed in the window
+  double seconds = 0;             // window length
+  double ops_per_s = 0;           // requests / seconds
+  double p50_us = 0, p99_us = 0;  // round trip of one write (SET+WAIT counts as one)
+  double server_cpu = -1;         // server CPU seconds per second of window (1.0 = one core)
   // Share of that CPU spent in the kernel (system time): on loopback, mostly TCP's work for both
   // ends of each round trip, which no server code can save.
   double server_kernel_share = -1;
