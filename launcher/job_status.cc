@@ -213,7 +213,7 @@ JobStatus read_job(Store& store, const std::string& run_id,
     if (!s.stragglers.empty()) job.stragglers = s.stragglers;
   }
 
-  // The state: the agents' own word while they publish one; else the latest round's outcome.
+  // The state: the latest round's outcome once decided; else the agents' own word.
   std::optional<Outcome> latest;
   if (!job.rounds.empty() && job.rounds.back().round == job.round)
     latest = job.rounds.back().outcome;
@@ -223,11 +223,12 @@ JobStatus read_job(Store& store, const std::string& run_id,
     job.max_restarts = lead->max_restarts;
     if (job.workers == 0)
       for (const auto& s : job.node_status) job.workers += static_cast<int>(s.workers.size());
-  } else if (latest) {
-    job.state = outcome_word(latest->kind);
   } else if (job.round >= 0) {
     job.state = job.nodes.empty() ? "rendezvous" : "running";
   }
+  // A decided outcome of the latest round outranks the records: agents publish only while their
+  // workers run, so the last record of a finished job still says "running".
+  if (latest) job.state = outcome_word(latest->kind);
   return job;
 }
 

@@ -223,6 +223,21 @@ TEST_F(CohortctlTest, JsonHasTheSameContent) {
   EXPECT_EQ(d["rounds"][0]["root_cause"]["global_rank"], 3);
 }
 
+// Agents publish only while their workers run: a finished job's last records still say
+// "running", and the round's decided outcome is what the job is.
+TEST_F(CohortctlTest, AFinishedJobShowsItsOutcomeNotItsLastRecord) {
+  start();
+  auto s = client();
+  write_jobs(*s);
+  Outcome done;
+  done.kind = Outcome::kSucceeded;
+  done.restarts = 1;
+  PrefixStore(keys::run_prefix("train"), *s).set(keys::outcome(1), to_json(done));
+  auto r = cohortctl({"status", "--store", endpoint_, "--job", "train", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["state"], "succeeded") << r.out;
+}
+
 TEST_F(CohortctlTest, AnElasticJobShowsTheRoundBeingFormed) {
   start();
   auto s = client();
