@@ -162,6 +162,7 @@ void NodeAgent::start_observer() {
   o.metrics = metrics_address(plan_.config.metrics_addr, plan_.config.metrics_port, "0.0.0.0");
   o.straggler_factor = plan_.config.straggler_factor;
   o.straggler_window = plan_.config.straggler_window;
+  if (plan_.config.rdzv_backend == RdzvBackend::kEtcd) o.publish_interval = 5000ms;
   observer_ = std::make_unique<NodeObserver>(io_, clock_, std::move(o), gpu_.get(), log_,
                                              [this] { return observed(); });
 }

@@ -73,7 +73,12 @@ NodeObserver::~NodeObserver() {
 void NodeObserver::tick() {
   const AgentView v = view_();
   NodeStatus s = read_status(v);
-  if (v.running && v.rdzv && !publishing_) publish(v, s);
+  const auto now = std::chrono::steady_clock::now();
+  if (v.running && v.rdzv && !publishing_ &&
+      (!last_publish_ || now - *last_publish_ >= options_.publish_interval)) {
+    last_publish_ = now;
+    publish(v, s);
+  }
   last_ = std::move(s);
   timer_->start(options_.interval, [this] { tick(); });
 }
@@ -149,7 +154,7 @@ void NodeObserver::judge(const std::vector<NodeStatus>& nodes) {
   std::map<int, double> compute_s;
   std::map<int, std::pair<std::string, std::string>> where;  // rank -> host, GPU condition
   std::map<int, std::pair<double, double>> times;            // rank -> step, comm seconds
-  const double stale_after = 5.0 * std::chrono::duration<double>(options_.interval).count();
+  const double stale_after = 5.0 * std::chrono::duration<double>(options_.publish_interval).count();
   const double now = wall_now();
   for (const auto& n : nodes) {
     if (n.round != nodes.front().round || now - n.updated > stale_after) continue;

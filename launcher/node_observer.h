@@ -2,10 +2,11 @@
 //
 // Every second it reads the agent's state and its workers (heartbeats and libcohort's step
 // reports through the WorkerGroup, CPU and RSS from /proc, the GPU's condition through NVML) into
-// a NodeStatus (node_status.h). It publishes that record in the store (keys::status), where
-// `cohortctl status` reads it; node rank 0's observer also reads every node's record and runs
-// the straggler check (straggler_check.h): a rank that stays slow is named in one log line, with
-// its host, its ratio and what NVML says about its GPU, and in rank 0's record and metrics.
+// a NodeStatus (node_status.h). It publishes that record in the store (keys::status; every
+// second, every 5 s on etcd), where `cohortctl status` reads it; node rank 0's observer also
+// reads every node's record and runs the straggler check (straggler_check.h): a rank that stays
+// slow is named in one log line, with its host, its ratio and what NVML says about its GPU, and
+// in rank 0's record and metrics.
 // With --metrics-port or --metrics-addr it serves the same, and the GPU metrics, in Prometheus'
 // text format.
 //
@@ -62,7 +63,10 @@ struct NodeObserverOptions {
   MetricsAddress metrics;  // disabled: no endpoint
   double straggler_factor = 1.5;
   std::chrono::milliseconds straggler_window{30000};
-  std::chrono::milliseconds interval{1000};
+  std::chrono::milliseconds interval{1000};  // reads of the workers (and the metrics' freshness)
+  // How often the status record is written. Every second on cohortd (a write in memory); less
+  // often on etcd, where each write is a Raft round and an fsync, for every node of the job.
+  std::chrono::milliseconds publish_interval{1000};
 };
 
 class NodeObserver {
@@ -99,6 +103,7 @@ class NodeObserver {
   std::vector<Straggler> current_stragglers_;
   std::optional<NodeStatus> last_;
   bool publishing_ = false;
+  std::optional<std::chrono::steady_clock::time_point> last_publish_;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // store callbacks check it
 };
 
