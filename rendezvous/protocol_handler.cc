@@ -229,13 +229,18 @@ bool ProtocolHandler::run(const Framed& f) {
   notifications_aside_ = &notifications;
   state_.begin_batch();
   bool keep = dispatch(req_);
-  if (keep) state_.remember_reply(f.client, f.request, out_.substr(reply_start));
+  // The reply is taken out before the batch ends, so that while the held notifications are
+  // delivered the output ends where they will go.
+  std::string reply = out_.substr(reply_start);
+  out_.resize(reply_start);
+  if (keep) state_.remember_reply(f.client, f.request, reply);
   state_.end_batch();  // held notifications are delivered here, still set aside
   notifications_aside_ = nullptr;
   // The watch notifications this write caused go where an untagged write puts them, before its
   // reply (the write happens, then it is answered); they were set aside only so that the
   // remembered reply is the reply alone.
-  out_.insert(reply_start, notifications);
+  out_ += notifications;
+  out_ += reply;
   return keep;
 }
 
