@@ -843,7 +843,10 @@ def store_greedy_gets(ctx):
     closed = sum(any(f"closing connection from {p}" in l for l in budget_lines) for p in peers)
     for g in greedy:
         g.close()
-    ok = (closed >= 1 and hwm * (1 << 20) < budget + (256 << 20) and worst < 0.1 and
+    # Under AddressSanitizer freed blocks wait in its quarantine (256 MiB by default) before they
+    # are reused, so the freed 10 MB replies count in the RSS there (385 MiB measured once).
+    slack = (256 << 20) * (2 if "asan" in os.environ.get("COHORT_SANITIZER", "") else 1)
+    ok = (closed >= 1 and hwm * (1 << 20) < budget + slack and worst < 0.1 and
           later < 0.1 and s.returncode == 0)
     return row(None, summary_line(err, "connection-memory-budget"),
                f"peak RSS {hwm} MiB, {closed} of {len(greedy)} closed; {n} polite SET+GET, worst "
