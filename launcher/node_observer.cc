@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <sstream>
 
 #include "cohort/base/prometheus.h"
 #include "cohort/base/version.h"
@@ -23,13 +22,8 @@ struct ProcUsage {
 // User + system CPU and resident memory of one process, from /proc/<pid>/stat (its main
 // process only: what it started itself is not counted).
 std::optional<ProcUsage> proc_usage(pid_t pid) {
-  const std::string stat = read_proc_file("/proc/" + std::to_string(pid) + "/stat");
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return std::nullopt;
-  std::istringstream in(stat.substr(paren + 1));
-  std::vector<std::string> f;
-  for (std::string x; in >> x;) f.push_back(x);
-  // After the command: state is field 3, utime 14, stime 15, rss 24 (proc(5)).
+  const std::vector<std::string> f = proc_stat_fields(pid);
+  // Element 0 is field 3 (state): utime is field 14, stime 15, rss 24 (proc(5)).
   if (f.size() < 22) return std::nullopt;
   try {
     static const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));

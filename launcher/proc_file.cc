@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <sstream>
 
 namespace cohort::launch {
 
@@ -20,6 +21,17 @@ std::string read_proc_file(const std::string& path) {
   }
   ::close(fd);
   return out;
+}
+
+std::vector<std::string> proc_stat_fields(pid_t pid) {
+  const std::string stat = read_proc_file("/proc/" + std::to_string(pid) + "/stat");
+  // The command name (field 2) may hold spaces and parentheses: fields count from the last ')'.
+  const size_t paren = stat.rfind(')');
+  std::vector<std::string> fields;
+  if (paren == std::string::npos) return fields;
+  std::istringstream in(stat.substr(paren + 1));
+  for (std::string f; in >> f;) fields.push_back(std::move(f));
+  return fields;
 }
 
 }  // namespace cohort::launch
