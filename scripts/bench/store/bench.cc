@@ -1,6 +1,9 @@
 #include "bench.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +13,7 @@
 
 #include "cohort/error.h"
 #include "cohort/rdzv/cohortd.h"
+#include "scraper.h"
 #include "server_process.h"
 #include "wire.h"
 
@@ -32,8 +36,25 @@ struct Target {
   ServerInfo info;
   Endpoint endpoint;
   pid_t pid = -1;
-  std::unique_ptr<ServerProcess> process;  // null for --target
+  std::unique_ptr<ServerProcess> process;   // null for --target
+  std::unique_ptr<MetricsScraper> scraper;  // cohortd-scraped only
 };
+
+// A port on 127.0.0.1 that nothing listens on now, for cohortd's --metrics-addr (which does not
+// print the port it chose). Another process could take it before cohortd does; then cohortd
+// fails to start and the benchmark says so.
+int free_port() {
+  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    throw Error("finding a free port for --metrics-addr: " + errno_text(errno));
+  }
+  return ntohs(a.sin_port);
+}
 
 // One round trip on a fresh connection: the server is up and has worked through what came
 // before (a storm's 10,000 disconnects, say). "" when it answered.
@@ -73,9 +94,17 @@ std::vector<Target> start_servers(const BenchOptions& o, int server_cpu) {
       t.endpoint = resolve_endpoint(o.target);
     } else {
       std::fprintf(stderr, "store_bench: starting %s\n", name.c_str());
-      t.process = name == "cohortd"
-                      ? ServerProcess::start_cohortd(o.cohortd, server_cpu, kStartTimeout)
-                      : ServerProcess::start_pytorch(o.python, server_cpu, kStartTimeout);
+      if (name == "cohortd") {
+        t.process = ServerProcess::start_cohortd(o.cohortd, server_cpu, kStartTimeout);
+      } else if (name == "cohortd-scraped") {
+        std::string metrics = "127.0.0.1:" + std::to_string(free_port());
+        t.process = ServerProcess::start_cohortd(o.cohortd, server_cpu, kStartTimeout, name,
+                                                 {"--metrics-addr", metrics});
+        t.scraper =
+            std::make_unique<MetricsScraper>(resolve_endpoint(metrics), o.scrape_interval_s);
+      } else {
+        t.process = ServerProcess::start_pytorch(o.python, server_cpu, kStartTimeout);
+      }
       t.endpoint = t.process->endpoint();
       t.pid = t.process->pid();
       t.info.version = t.process->version();
@@ -215,6 +244,7 @@ BenchReport run_bench(const BenchOptions& o) {
   }
 
   for (auto& t : targets) {
+    if (t.scraper) note(&t.info, t.scraper->stop());
     if (t.process) note(&t.info, t.process->stop());
     report.servers.push_back(t.info);
   }

@@ -70,8 +70,14 @@ int parse_options(int argc, char** argv, BenchOptions* out) {
       ->capture_default_str();
   app.add_option("--storm", storms, "Rank counts for the rendezvous storm, or 'none'")
       ->capture_default_str();
-  app.add_option("--servers", servers, "Servers to start and measure: cohortd, pytorch")
+  app.add_option("--servers", servers,
+                 "Servers to start and measure: cohortd, pytorch, cohortd-scraped (cohortd "
+                 "serving Prometheus metrics, scraped every --scrape-interval)")
       ->capture_default_str();
+  app.add_option("--scrape-interval", out->scrape_interval_s,
+                 "Seconds between scrapes of cohortd-scraped's /metrics")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 3600.0));
   app.add_option("--target", out->target,
                  "host:port of an already running server to measure instead (any dialect)");
   app.add_option("--dialect", dialect,
@@ -121,8 +127,9 @@ int parse_options(int argc, char** argv, BenchOptions* out) {
     }
     out->servers = split(servers);
     for (const auto& s : out->servers) {
-      if (s != "cohortd" && s != "pytorch") {
-        throw CLI::ValidationError("--servers", "'" + s + "' is neither cohortd nor pytorch");
+      if (s != "cohortd" && s != "pytorch" && s != "cohortd-scraped") {
+        throw CLI::ValidationError("--servers",
+                                   "'" + s + "' is not cohortd, pytorch or cohortd-scraped");
       }
     }
     if (!out->target.empty()) out->servers = {"target"};

@@ -13,7 +13,10 @@ struct BenchOptions {
   std::vector<int> clients = {1, 2, 4, 8};
   std::vector<KeyMode> key_modes = {KeyMode::kDistinct, KeyMode::kShared};
   std::vector<int> storms = {1000, 10000};
-  std::vector<std::string> servers = {"cohortd", "pytorch"};  // started by the benchmark
+  // Started by the benchmark: cohortd, pytorch, and cohortd-scraped (cohortd with --metrics-addr,
+  // its /metrics fetched every scrape_interval_s while it is measured).
+  std::vector<std::string> servers = {"cohortd", "pytorch"};
+  double scrape_interval_s = 1.0;
   std::string target;  // "host:port" of a running server; replaces `servers` when set
   rdzv::Dialect dialect = rdzv::Dialect::kLegacy;
   double duration_s = 2.0;

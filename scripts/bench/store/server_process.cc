@@ -103,18 +103,19 @@ ServerProcess::~ServerProcess() {
   stop();
 }
 
-std::unique_ptr<ServerProcess> ServerProcess::start_cohortd(const std::string& cohortd_path,
-                                                            int cpu,
-                                                            std::chrono::milliseconds timeout) {
+std::unique_ptr<ServerProcess> ServerProcess::start_cohortd(
+    const std::string& cohortd_path, int cpu, std::chrono::milliseconds timeout,
+    const std::string& name, const std::vector<std::string>& extra_args) {
   if (::access(cohortd_path.c_str(), X_OK) != 0) {
     throw Error("cohortd not found at " + cohortd_path + " (build it, or pass --cohortd)");
   }
   Fd in, out;
   // The storms connect every rank from 127.0.0.1.
-  pid_t pid = spawn(
-      {cohortd_path, "--host", "127.0.0.1", "--port", "0", "--max-connections-per-address", "0"},
-      cpu, &in, &out);
-  auto p = std::make_unique<ServerProcess>(Key(), "cohortd", pid, std::move(in), std::move(out));
+  std::vector<std::string> argv = {
+      cohortd_path, "--host", "127.0.0.1", "--port", "0", "--max-connections-per-address", "0"};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  pid_t pid = spawn(argv, cpu, &in, &out);
+  auto p = std::make_unique<ServerProcess>(Key(), name, pid, std::move(in), std::move(out));
   p->read_banner(timeout);
   return p;
 }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "net.h"
 
@@ -18,10 +19,11 @@ namespace cohort::bench {
 
 class ServerProcess {
  public:
-  // Starts `cohortd_path --host 127.0.0.1 --port 0`, bound to CPU `cpu` unless it is -1.
-  // Throws cohort::Error if it does not print its address within `timeout`.
-  static std::unique_ptr<ServerProcess> start_cohortd(const std::string& cohortd_path, int cpu,
-                                                      std::chrono::milliseconds timeout);
+  // Starts `cohortd_path --host 127.0.0.1 --port 0 <extra_args>` as `name`, bound to CPU `cpu`
+  // unless it is -1. Throws cohort::Error if it does not print its address within `timeout`.
+  static std::unique_ptr<ServerProcess> start_cohortd(
+      const std::string& cohortd_path, int cpu, std::chrono::milliseconds timeout,
+      const std::string& name = "cohortd", const std::vector<std::string>& extra_args = {});
   // Starts TCPStore("127.0.0.1", 0, None, is_master=True) under `python`, its fd limit raised to
   // the hard limit; the program exits when its stdin closes. Throws like start_cohortd().
   static std::unique_ptr<ServerProcess> start_pytorch(const std::string& python, int cpu,
