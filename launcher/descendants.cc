@@ -25,15 +25,10 @@ struct Child {
 
 // One process's parent, state and process group from /proc/<pid>/stat; false when it is gone.
 bool read_child(pid_t pid, Child* out, pid_t* ppid) {
-  const std::string stat = read_proc_file("/proc/" + std::to_string(pid) + "/stat");
-  auto close_paren = stat.rfind(')');
-  if (close_paren == std::string::npos) return false;
-  std::istringstream ss(stat.substr(close_paren + 2));
-  char state = '?';
-  long parent = 0, pgid = 0;
-  if (!(ss >> state >> parent >> pgid)) return false;
-  *out = Child{pid, state, static_cast<pid_t>(pgid)};
-  *ppid = static_cast<pid_t>(parent);
+  const std::vector<std::string> f = proc_stat_fields(pid);  // f[0] is field 3, the state
+  if (f.size() < 3 || f[0].empty()) return false;
+  *out = Child{pid, f[0][0], static_cast<pid_t>(std::strtol(f[2].c_str(), nullptr, 10))};
+  *ppid = static_cast<pid_t>(std::strtol(f[1].c_str(), nullptr, 10));
   return true;
 }
 

@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,14 +22,8 @@ namespace {
 
 // Field 22 of /proc/<pid>/stat: the start time in clock ticks; "" when the process is gone.
 std::string start_time(pid_t pid) {
-  std::string stat = read_proc_file("/proc/" + std::to_string(pid) + "/stat");
-  auto close_paren = stat.rfind(')');
-  if (close_paren == std::string::npos) return {};
-  std::istringstream ss(stat.substr(close_paren + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && ss >> field; ++i) {
-  }
-  return field;
+  const std::vector<std::string> f = proc_stat_fields(pid);  // f[0] is field 3
+  return f.size() > 22 - 3 ? f[22 - 3] : std::string();
 }
 
 // The inode of a process's pid namespace ("" when unreadable).

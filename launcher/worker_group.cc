@@ -35,10 +35,8 @@ std::string in_seconds(std::chrono::milliseconds d) {
 
 // The state letter of /proc/<pid>/stat ('R', 'S', 'D', ...); '?' when it cannot be read.
 char scheduler_state(pid_t pid) {
-  const std::string stat = read_proc_file("/proc/" + std::to_string(pid) + "/stat");
-  const auto close_paren = stat.rfind(')');
-  return close_paren != std::string::npos && close_paren + 2 < stat.size() ? stat[close_paren + 2]
-                                                                           : '?';
+  const std::vector<std::string> f = proc_stat_fields(pid);  // f[0] is field 3, the state
+  return f.empty() || f[0].empty() ? '?' : f[0][0];
 }
 
 }  // namespace
