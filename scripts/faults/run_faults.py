@@ -845,11 +845,12 @@ def store_greedy_gets(ctx):
         g.close()
     # Under AddressSanitizer freed blocks wait in its quarantine (256 MiB by default) before they
     # are reused, so the freed 10 MB replies count in the RSS there (385 MiB measured once).
-    # ASan also makes each copy of a 10 MB reply about twice as slow: the polite bound doubles
-    # there (100 ms measured once, against 46-58 ms in a Release build).
+    # ASan also makes each copy of a 10 MB reply about twice as slow, and the asan stage runs
+    # beside other tests: the polite bound is 300 ms there (100 ms measured once under load,
+    # against 46-58 ms in a Release build); the Release build holds the 100 ms.
     asan = "asan" in os.environ.get("COHORT_SANITIZER", "")
     slack = (256 << 20) * (2 if asan else 1)
-    bound = 0.2 if asan else 0.1
+    bound = 0.3 if asan else 0.1
     ok = (closed >= 1 and hwm * (1 << 20) < budget + slack and worst < bound and
           later < bound and s.returncode == 0)
     return row(None, summary_line(err, "connection-memory-budget"),
@@ -859,9 +860,10 @@ def store_greedy_gets(ctx):
                "closed with a log line (the others wait, paused at --max-unsent-bytes, and hold "
                "the budget); cohortd's peak RSS stays under the budget + 256 MiB (it was about "
                "71 MB per such connection, unbounded); a polite client's SET+GET is served "
-               "within 100 ms throughout (200 ms under AddressSanitizer; a connection's replies yield the loop after 1 MiB a turn: "
-               "without it, cohortd copied four 10 MB replies per greedy client in one turn: worst "
-               "67-78 ms against 46-58 ms with it, measured side by side)")
+               "within 100 ms throughout (300 ms under AddressSanitizer; a connection's replies "
+               "yield the loop after 1 MiB a turn: without it, cohortd copied four 10 MB replies "
+               "per greedy client in one turn: worst 67-78 ms against 46-58 ms with it, measured "
+               "side by side)")
 
 
 # ---- a real cluster's mistakes and stragglers ------------------------------------------------------
