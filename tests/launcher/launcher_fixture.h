@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../common/free_port.h"
+#include "../common/proc_text.h"
 #include "../common/subprocess.h"
 #include "../common/torch_python.h"
 
@@ -26,15 +27,6 @@ struct RunResult {
   std::string out, err;
   int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
 };
-
-// True while `pid` exists and is not a zombie.
-inline bool process_alive(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return false;
-  return stat[close + 2] != 'Z' && stat[close + 2] != 'X';
-}
 
 // Polls until `pred` holds or the timeout passes.
 template <typename Pred>

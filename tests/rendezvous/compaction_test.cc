@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "../common/proc_text.h"
 #include "../common/sanitizer.h"
 #include "../common/subprocess.h"
 #include "cohort/rdzv/tcp_store.h"
@@ -21,6 +22,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using cohort::testing::kSanitized;
+using cohort::testing::process_alive;
 using cohort::testing::Subprocess;
 namespace fs = std::filesystem;
 
@@ -174,15 +176,6 @@ pid_t child_of(pid_t pid) {
   return 0;
 }
 
-// Whether `pid` runs (a zombie not yet reaped by whoever adopted it does not).
-bool alive(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z' &&
-         stat[paren + 2] != 'X';
-}
-
 TEST_F(CompactionTest, ASigkillDuringCompactionLosesNothingAndTheStoreRestarts) {
   int port = 0;
   auto cohortd = start(&port);
@@ -216,9 +209,9 @@ TEST_F(CompactionTest, ASigkillDuringCompactionLosesNothingAndTheStoreRestarts) 
   ASSERT_TRUE(compacting()) << "the compaction finished before the kill: nothing tested";
   // The child dies with its parent (it must not hold the port or the clients' sockets).
   deadline = std::chrono::steady_clock::now() + 10s;
-  while (alive(child) && std::chrono::steady_clock::now() < deadline)
+  while (process_alive(child) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(5ms);
-  EXPECT_FALSE(alive(child)) << "the compaction child outlived cohortd";
+  EXPECT_FALSE(process_alive(child)) << "the compaction child outlived cohortd";
   std::printf("killed during compaction after %d acknowledged small writes\n", small);
 
   cohortd = start(&port);

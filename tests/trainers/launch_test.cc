@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/proc_text.h"
 #include "test_util.h"
 #include "trainer_fixture.h"
 
@@ -96,13 +97,12 @@ pid_t find_worker(const std::string& marker, int rank) {
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream cmd(e.path() / "cmdline"), env(e.path() / "environ");
-    const std::string c((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    const std::string c = cohort::testing::proc_text(e.path() / "cmdline");
     if (c.find("cohort-train-fmnist") == std::string::npos || c.find(marker) == std::string::npos ||
         c.find("cohortrun") != std::string::npos) {
       continue;
     }
-    const std::string v((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+    const std::string v = cohort::testing::proc_text(e.path() / "environ");
     const std::string want = "RANK=" + std::to_string(rank);
     for (size_t at = 0; at < v.size(); at = v.find('\0', at) + 1) {
       if (v.compare(at, want.size() + 1, want + '\0') == 0) return std::stoi(name);
