@@ -129,6 +129,14 @@ void FmnistCnn::backward(float loss_scale) {
                        conv1_shape(B));
 }
 
+FmnistCnn::Branches FmnistCnn::TEST_branches() {
+  const size_t B = static_cast<size_t>(batch_);
+  return Branches{argmax_.get(),
+                  argmax_.size(),
+                  {p1_, p2_, h1_},
+                  {B * kH2 * kH2 * kC1, B * kFlat, B * kHidden}};
+}
+
 void FmnistCnn::zero_grad() {
   dev_.zero(grads_.get(), (layout_.size() + 1) * sizeof(float));
 }

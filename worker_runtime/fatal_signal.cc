@@ -125,10 +125,11 @@ void on_fatal_signal(int sig, siginfo_t*, void*) {
     msg[m.len] = '\0';
 
     size_t trace_len = 0;
-    if (g_state.trace_fd >= 0) {
+    // The memfd is empty unless a handler ran before (only the first crashing thread gets here);
+    // a trace file that cannot be emptied is left out rather than read with stale bytes.
+    if (g_state.trace_fd >= 0 && ::ftruncate(g_state.trace_fd, 0) == 0) {
       void* frames[64];
       const int n = ::backtrace(frames, 64);
-      ::ftruncate(g_state.trace_fd, 0);
       ::lseek(g_state.trace_fd, 0, SEEK_SET);
       ::backtrace_symbols_fd(frames, n, g_state.trace_fd);
       ::lseek(g_state.trace_fd, 0, SEEK_SET);

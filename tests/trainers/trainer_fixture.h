@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,19 @@ inline bool have_fmnist() {
   const std::string d = fmnist_dir();
   return fs::exists(d + "/train-images-idx3-ubyte.gz") ||
          fs::exists(d + "/train-images-idx3-ubyte");
+}
+
+// What stop_after()'s hook throws.
+struct StoppedForTest {};
+
+// A per-step hook (FmnistOptions/GptOptions::on_step) that throws StoppedForTest after the
+// `steps`-th step of this call, once that step's checkpoint is written: the run ends there as a
+// killed worker does, with its options (max_steps, and so its learning-rate schedule) untouched.
+inline std::function<void()> stop_after(int64_t steps) {
+  auto done = std::make_shared<int64_t>(0);
+  return [done, steps] {
+    if (++*done == steps) throw StoppedForTest{};
+  };
 }
 
 class TrainerTest : public ::testing::Test {

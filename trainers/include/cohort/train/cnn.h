@@ -57,6 +57,20 @@ class FmnistCnn {
 
   void zero_grad();
 
+  // What backward() branches on, for tests: the max-pool choices of the last forward and the ReLU
+  // outputs whose signs gate the gradients (after pool 1, pool 2 and fc1), all on the device.
+  // Float rounding can put a ReLU input or a max-pool near-tie on either side, and then a handful
+  // of values send hundreds of gradients another way; tests copy one model's branches into
+  // another's between forward() and backward() to compare two devices on the same side
+  // (tests/trainers/cuda_test.cc, models_test.cc).
+  struct Branches {
+    uint8_t* pool_choices;
+    size_t pool_bytes;
+    float* relu_outputs[3];
+    size_t relu_floats[3];
+  };
+  Branches TEST_branches();
+
  private:
   Device& dev_;
   int max_batch_;
