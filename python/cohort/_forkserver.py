@@ -197,12 +197,14 @@ class Server:
         intermediate = os.fork()
         if intermediate == 0:
             os.close(r)
+            me = os.getpid()
             worker = intermediate_main(self, req, env, fds, w)
             if worker is None:
                 os._exit(1)
             if worker > 0:
                 os._exit(0)
-            return adopted_worker(req, self.entry, intermediate_pid=os.getppid())
+            # (Not getppid(): the intermediate may have exited already.)
+            return adopted_worker(req, self.entry, intermediate_pid=me)
         os.close(w)
         answer = b""
         while True:

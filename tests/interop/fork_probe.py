@@ -1,6 +1,6 @@
 """A worker that writes down everything of its process a fork server could get wrong, as JSON.
 
-Run it exec'd (`python -u fork_probe.py OUT [action]`) and forked from cohortrun's fork server
+Run it exec'd (`python -u fork_probe.py OUT [action]`; OUT may say %(rank)s and %(attempt)s) and forked from cohortrun's fork server
 with the same argv, environment and descriptors: the two records must agree (fork_server_protocol.py
 and the cohortrun tests compare them). OUT gets the record; `action` then decides how it ends:
   ok (default)   exit 0, after a non-daemon thread and an atexit handler have written OUT.thread
@@ -9,7 +9,10 @@ and the cohortrun tests compare them). OUT gets the record; `action` then decide
   exit:N         sys.exit(N)
   interrupt      an uncaught KeyboardInterrupt (the interpreter ends by SIGINT)
   sleep          sleep a minute (to be signalled)
+  family         start a child (sleep 600), write OUT.family with this pid and the child's, and
+                 sleep a minute
   crash-once     exit 3 when TORCHELASTIC_RESTART_COUNT is 0 and RANK is 1, else ok
+  crash-once-then:ACTION   the same crash, then ACTION in every later attempt
 The record is written after the modules a fork server pre-imports are imported, so that an exec'd
 worker and a forked one are compared in the same state.
 """
@@ -144,21 +147,30 @@ def record():
 
 
 def main():
-    out = sys.argv[1]
+    out = sys.argv[1] % {"rank": os.environ.get("RANK", "0"),
+                         "attempt": os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")}
     action = sys.argv[2] if len(sys.argv) > 2 else "ok"
     with open(out + ".tmp", "w") as f:
         json.dump(record(), f, indent=1, sort_keys=True)
     os.rename(out + ".tmp", out)
-    if action == "crash-once":
-        if os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0" and os.environ.get("RANK") == "1":
+    if action == "crash-once" or action.startswith("crash-once-then:"):
+        first = os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0"
+        if first and os.environ.get("RANK") == "1":
             os._exit(3)
-        action = "ok"
+        action = "ok" if first or action == "crash-once" else action.split(":", 1)[1]
     if action == "raise":
         raise ValueError("the probe raised on purpose")
     if action.startswith("exit:"):
         sys.exit(int(action[5:]))
     if action == "interrupt":
         raise KeyboardInterrupt
+    if action == "family":
+        import subprocess
+        child = subprocess.Popen(["sleep", "600"])
+        with open(out + ".family.tmp", "w") as f:
+            f.write("%d %d\n" % (os.getpid(), child.pid))
+        os.rename(out + ".family.tmp", out + ".family")
+        action = "sleep"
     if action == "sleep":
         import time
         time.sleep(60)
