@@ -1,4 +1,5 @@
-// CpuDevice: the Device whose methods are the CPU reference layers (layers/) and optimisers.
+// CpuDevice: the Device whose methods are the CPU reference layers (layers/) and optimisers; GEMMs
+// in tf32, bf16 or fp16 are emulated (operands rounded in software, sums in fp32).
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -45,20 +46,20 @@ class CpuDevice final : public Device {
 
   void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                       int C, int OC) override {
-    train::linear_forward(out, inp, weight, bias, N, C, OC);
+    train::linear_forward(out, inp, weight, bias, N, C, OC, precision_);
   }
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC) override {
-    train::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    train::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, precision_);
   }
   void conv2d_forward(float* out, float* col, const float* inp, const float* weight,
                       const float* bias, const Conv2dShape& s) override {
-    train::conv2d_forward(out, col, inp, weight, bias, s);
+    train::conv2d_forward(out, col, inp, weight, bias, s, precision_);
   }
   void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, float* col, const float* weight,
                        const Conv2dShape& s) override {
-    train::conv2d_backward(dinp, dweight, dbias, dout, inp, col, weight, s);
+    train::conv2d_backward(dinp, dweight, dbias, dout, inp, col, weight, s, precision_);
   }
   size_t conv2d_scratch_floats(const Conv2dShape& s) const override {
     return train::conv2d_scratch_floats(s);
@@ -102,11 +103,11 @@ class CpuDevice final : public Device {
   }
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                          int NH) override {
-    train::attention_forward(out, att, qkv, B, T, C, NH);
+    train::attention_forward(out, att, qkv, B, T, C, NH, precision_);
   }
   void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
                           const float* att, int B, int T, int C, int NH) override {
-    train::attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+    train::attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, precision_);
   }
   size_t attention_scratch_floats(int, int T, int) const override {
     return static_cast<size_t>(T) * T;

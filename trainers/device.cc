@@ -1,10 +1,34 @@
-// The CUDA entry points of device.h for builds without CUDA (the CUDA build defines them in
-// cuda/cuda_device.cu).
+// Device's own methods, and the CUDA entry points of device.h for builds without CUDA (the CUDA
+// build defines them in cuda/cuda_device.cu).
 #include "cohort/train/device.h"
 
-#ifndef COHORT_TRAIN_HAVE_CUDA
 #include "cohort/error.h"
 
+namespace cohort::train {
+
+void Device::set_precision(Precision p) {
+  const std::string why = why_unsupported(p);
+  if (!why.empty()) {
+    throw UsageError("--precision " + std::string(precision_name(p)) + " on " + describe() + ": " +
+                     why);
+  }
+  precision_ = p;
+}
+
+void Device::adamw_step_layout(float* params, float* m, float* v, const float* grads,
+                               const ParamLayout& layout, int64_t t, const AdamWParams& p,
+                               float grad_scale) {
+  for (const ParamTensor& tensor : layout.tensors()) {
+    AdamWParams hp = p;
+    if (!tensor.decay) hp.weight_decay = 0.0f;
+    adamw_step(params + tensor.offset, m + tensor.offset, v + tensor.offset, grads + tensor.offset,
+               tensor.numel, t, hp, grad_scale);
+  }
+}
+
+}  // namespace cohort::train
+
+#ifndef COHORT_TRAIN_HAVE_CUDA
 namespace cohort::train {
 
 bool cuda_device_available() {

@@ -44,7 +44,9 @@ class FmnistRun {
         comm_(comm),
         rank_(comm.rank()),
         world_(comm.world()),
-        model_(dev, o.batch_size) {}
+        model_(dev, o.batch_size),
+        precision_(o.precision.value_or(dev.default_precision())),
+        scaler_(LossScaler::for_precision(precision_, o.loss_scaler)) {}
 
   FmnistResult run();
 
@@ -57,8 +59,9 @@ class FmnistRun {
   Score score_test_set();
   void evaluate(int64_t step, int epoch);
   // One optimiser step on the images at `indices` (bs of them): forward, backward, the fused
-  // allreduce (its time in *comm_s) and SGD. Returns the loss averaged over ranks.
-  double train_batch(const size_t* indices, int bs, float lr, double* comm_s);
+  // allreduce (its time in *comm_s) and SGD, unless the loss scaler skips it for overflow
+  // (*applied says which). Returns the loss averaged over ranks.
+  double train_batch(const size_t* indices, int bs, float lr, double* comm_s, bool* applied);
   void log(const std::string& line) {
     if (progress_) progress_->log(line);
   }
@@ -78,6 +81,8 @@ class FmnistRun {
   std::optional<Progress> progress_;
   std::optional<MetricsWriter> metrics_;
   FmnistResult result_;
+  Precision precision_;
+  LossScaler scaler_;
 };
 
 void FmnistRun::load_data() {
@@ -134,6 +139,7 @@ std::optional<Position> FmnistRun::resume() {
       dev_.copy(average_.get(), model_.params(), n * sizeof(float));
     }
   }
+  scaler_.restore(meta.value("loss_scaler", nlohmann::json::object()));
   Position pos;
   pos.step = meta.at("step").get<int64_t>();
   pos.epoch = meta.at("epoch").get<int>();
@@ -159,7 +165,9 @@ void FmnistRun::save(const Position& pos) {
             {"lr", o_.lr},
             {"momentum", o_.momentum},
             {"nesterov", o_.nesterov},
-            {"ema_decay", o_.ema_decay}};
+            {"ema_decay", o_.ema_decay},
+            {"precision", precision_name(precision_)},
+            {"loss_scaler", scaler_.state()}};
   const size_t n = model_.num_params();
   std::vector<float> p(n), m(n);
   dev_.download(p.data(), model_.params(), n * sizeof(float));
@@ -238,24 +246,31 @@ void FmnistRun::evaluate(int64_t step, int epoch) {
   }
 }
 
-double FmnistRun::train_batch(const size_t* indices, int bs, float lr, double* comm_s) {
+double FmnistRun::train_batch(const size_t* indices, int bs, float lr, double* comm_s,
+                              bool* applied) {
   const size_t n = model_.num_params();
+  const float scale = scaler_.scale();  // 1 but in fp16
   gather_fmnist(train_, indices, bs, host_x_.data(), host_y_.data());
   dev_.upload(x_.get(), host_x_.data(), sizeof(float) * bs * FmnistCnn::kPixels);
   dev_.upload(y_.get(), host_y_.data(), sizeof(int32_t) * bs);
   model_.zero_grad();
   float loss = model_.forward(x_.get(), y_.get(), bs);
-  model_.backward();
+  model_.backward(scale);
   // One fused allreduce: the gradients, and the loss in the free slot after them.
   dev_.upload(model_.grads() + n, &loss, sizeof(float));
   const auto tc = Clock::now();
   comm_.allreduce_sum(model_.grads(), n + 1);
   *comm_s = std::chrono::duration<double>(Clock::now() - tc).count();
   dev_.download(&loss, model_.grads() + n, sizeof(float));
-  // The gradients are sums over ranks; the step applies their mean.
-  const SgdParams sgd{lr, o_.momentum, 0.0f, o_.nesterov};
-  dev_.sgd_step(model_.params(), momentum_.get(), model_.grads(), n, sgd,
-                1.0f / static_cast<float>(world_));
+  // With loss scaling, an infinite or NaN gradient (its sum of squares is so too) skips the step.
+  *applied =
+      scaler_.update(scaler_.enabled() && !std::isfinite(dev_.sum_squares(model_.grads(), n)));
+  if (*applied) {
+    // The gradients are sums over ranks of scaled gradients; the step applies their mean.
+    const SgdParams sgd{lr, o_.momentum, 0.0f, o_.nesterov};
+    dev_.sgd_step(model_.params(), momentum_.get(), model_.grads(), n, sgd,
+                  1.0f / (static_cast<float>(world_) * scale));
+  }
   return static_cast<double>(loss) / world_;
 }
 
@@ -273,6 +288,7 @@ FmnistResult FmnistRun::run() {
   if (o_.lr_schedule != "constant" && o_.lr_schedule != "cosine") {
     throw UsageError("--lr-schedule must be constant or cosine, not " + o_.lr_schedule);
   }
+  dev_.set_precision(precision_);  // throws UsageError when the device cannot
   load_data();
   const size_t n = model_.num_params();
   momentum_ = DeviceBuffer<float>(dev_, n);
@@ -312,9 +328,10 @@ FmnistResult FmnistRun::run() {
     char line[320];
     std::snprintf(
         line, sizeof line,
-        "fmnist: %d rank%s x batch %d on %s, gradients via %s, %zu parameters, seed %llu, "
-        "%lld steps (%lld per epoch), weights crc32 %08x%s",
-        world_, world_ == 1 ? "" : "s", o_.batch_size, dev_.describe().c_str(), comm_.describe(),
+        "fmnist: %d rank%s x batch %d on %s, %s GEMMs%s, gradients via %s, %zu parameters, "
+        "seed %llu, %lld steps (%lld per epoch), weights crc32 %08x%s",
+        world_, world_ == 1 ? "" : "s", o_.batch_size, dev_.describe().c_str(),
+        precision_name(precision_), scaler_.enabled() ? " with loss scaling" : "", comm_.describe(),
         model_.layout().num_parameters(), static_cast<unsigned long long>(o_.seed),
         static_cast<long long>(total_steps), static_cast<long long>(steps_per_epoch), crc,
         resumed ? (" (resumed at step " + std::to_string(pos.step) + ")").c_str() : "");
@@ -327,6 +344,8 @@ FmnistResult FmnistRun::run() {
   double ema_rate = 0;
   bool stopped = pos.step >= total_steps;
   bool evaluated = false;
+  uint64_t launches = 0;
+  const int64_t first_step = pos.step;
   for (int epoch = pos.epoch; epoch < o_.epochs && !stopped; ++epoch) {
     const std::vector<size_t> order =
         detail::epoch_indices(train_.count, world_, rank_, o_.seed, static_cast<uint64_t>(epoch));
@@ -339,10 +358,14 @@ FmnistResult FmnistRun::run() {
                            ? cosine_lr(pos.step, o_.warmup_steps, total_steps, o_.lr, 0.0f)
                            : o_.lr;
       double comm_s = 0;
-      const double loss = train_batch(order.data() + start, bs, lr, &comm_s);
+      bool applied = true;
+      const uint64_t launches_before = dev_.launches();
+      const double loss = train_batch(order.data() + start, bs, lr, &comm_s, &applied);
       if (averaging()) {
         dev_.ema_update(average_.get(), model_.params(), n, ema_decay_at(o_.ema_decay, pos.step));
       }
+      const uint64_t step_launches = dev_.launches() - launches_before;
+      launches += step_launches;
       comm_seconds += comm_s;
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
       train_seconds += dt;
@@ -362,9 +385,12 @@ FmnistResult FmnistRun::run() {
           {"time", std::chrono::duration<double>(Clock::now() - run_start).count()}};
       if (rank_ == 0) {
         line.update({{"epoch", epoch}, {"loss", loss}, {"lr", lr}});
+        if (scaler_.enabled()) line["loss_scale"] = scaler_.scale();
+        if (!applied) line["skipped"] = true;
       } else {
         line["rank"] = rank_;
       }
+      if (step_launches > 0) line["launches"] = step_launches;
       metrics_->write(line);
       report_step(pos.step, dt, rate, comm_s);  // to cohortrun: its metrics and straggler check
       const CheckpointDue due =
@@ -401,6 +427,11 @@ FmnistResult FmnistRun::run() {
     save(pos);
   }
   result_.steps = pos.step;
+  result_.precision = precision_;
+  result_.loss_scale = scaler_.scale();
+  result_.skipped_steps = scaler_.skipped_steps();
+  result_.launches_per_step =
+      pos.step > first_step ? static_cast<double>(launches) / (pos.step - first_step) : 0;
   result_.train_seconds = train_seconds;
   result_.comm_seconds = comm_seconds;
   result_.samples_per_s = train_seconds > 0 ? samples / train_seconds : 0;

@@ -35,7 +35,9 @@ class GptRun {
         rank_(comm.rank()),
         world_(comm.world()),
         model_(dev, o.model, o.batch_size),
-        rng_(o.seed + 1000003) {}
+        rng_(o.seed + 1000003),
+        precision_(o.precision.value_or(dev.default_precision())),
+        scaler_(LossScaler::for_precision(precision_, o.loss_scaler)) {}
 
   GptResult run();
 
@@ -43,10 +45,10 @@ class GptRun {
   bool resume();
   void save(int64_t step);
   double validate(int64_t step);
-  // Optimiser step `step` (0-based): accum micro-batches, the fused allreduce (its time in
-  // *comm_s), clipping (the global norm in *norm) and AdamW at `lr`. Returns the loss averaged
-  // over micro-steps and ranks.
-  double train_step(int64_t step, int accum, float lr, double* norm, double* comm_s);
+  // One optimiser step: accum micro-batches, the fused allreduce (its time in *comm_s), clipping
+  // (the global norm in *norm) and AdamW at `lr`, unless the loss scaler skips it for overflow
+  // (*applied says which). Returns the loss averaged over micro-steps and ranks.
+  double train_step(int accum, float lr, double* norm, double* comm_s, bool* applied);
   std::string sample();
   void log(const std::string& line) {
     if (progress_) progress_->log(line);
@@ -66,6 +68,9 @@ class GptRun {
   std::optional<Progress> progress_;
   std::optional<MetricsWriter> metrics_;
   GptResult result_;
+  Precision precision_;
+  LossScaler scaler_;
+  int64_t adam_steps_ = 0;  // AdamW steps applied (fp16 skips some), its bias-correction count
 };
 
 bool GptRun::resume() {
@@ -99,6 +104,8 @@ bool GptRun::resume() {
   comm_.broadcast(m_.get(), n);
   comm_.broadcast(v_.get(), n);
   result_.start_step = meta.at("step").get<int64_t>();
+  adam_steps_ = meta.value("adam_steps", result_.start_step);  // older checkpoints skipped none
+  scaler_.restore(meta.value("loss_scaler", nlohmann::json::object()));
   train_loader_->set_global_position(meta.at("loader_position").get<int64_t>());
   const auto state = meta.at("rng").get<std::vector<uint64_t>>();
   if (state.size() == 4) rng_.set_state({state[0], state[1], state[2], state[3]});
@@ -117,7 +124,10 @@ void GptRun::save(int64_t step) {
             {"world_size", world_},
             {"batch_size", o_.batch_size},
             {"total_batch_tokens", o_.total_batch_tokens},
-            {"seed", o_.seed}};
+            {"seed", o_.seed},
+            {"precision", precision_name(precision_)},
+            {"loss_scaler", scaler_.state()},
+            {"adam_steps", adam_steps_}};
   const size_t n = model_.num_params();
   std::vector<float> p(n), m(n), v(n);
   dev_.download(p.data(), model_.params(), n * sizeof(float));
@@ -183,9 +193,10 @@ std::string GptRun::sample() {
   return out;
 }
 
-double GptRun::train_step(int64_t step, int accum, float lr, double* norm, double* comm_s) {
+double GptRun::train_step(int accum, float lr, double* norm, double* comm_s, bool* applied) {
   const int B = o_.batch_size, T = o_.model.block_size;
   const size_t n = model_.num_params();
+  const float scale = scaler_.scale();  // 1 but in fp16
   model_.zero_grad();
   float loss_accum = 0;
   for (int micro = 0; micro < accum; ++micro) {
@@ -193,7 +204,7 @@ double GptRun::train_step(int64_t step, int accum, float lr, double* norm, doubl
     dev_.upload(x_.get(), host_x_.data(), sizeof(int32_t) * B * T);
     dev_.upload(y_.get(), host_y_.data(), sizeof(int32_t) * B * T);
     const float loss = model_.forward(x_.get(), y_.get(), B, T);
-    model_.backward(1.0f / accum);  // gradients accumulate locally, nothing is sent yet
+    model_.backward(scale / accum);  // gradients accumulate locally, nothing is sent yet
     loss_accum += loss / accum;
   }
   // Gradients (and the loss, in the free slot) cross ranks once per step, after the last
@@ -203,15 +214,18 @@ double GptRun::train_step(int64_t step, int accum, float lr, double* norm, doubl
   comm_.allreduce_sum(model_.grads(), n + 1);
   *comm_s = std::chrono::duration<double>(Clock::now() - tc).count();
   dev_.download(&loss_accum, model_.grads() + n, sizeof(float));
-  // The gradients are sums over ranks: the norm and the update use their mean.
-  *norm = std::sqrt(dev_.sum_squares(model_.grads(), n)) / world_;
-  const float grad_scale = clip_scale(*norm, o_.grad_clip) / static_cast<float>(world_);
-  for (const ParamTensor& t : model_.layout().tensors()) {
+  // The gradients are sums over ranks of scaled gradients: the norm and the update use their
+  // mean, unscaled. An infinite or NaN gradient makes the sum of squares so too: that is
+  // GradScaler's found_inf, the same on every rank (they hold the same sums).
+  const double squares = dev_.sum_squares(model_.grads(), n);
+  *norm = std::sqrt(squares) / world_ / scale;
+  *applied = scaler_.update(!std::isfinite(squares));
+  if (*applied) {
+    const float grad_scale = clip_scale(*norm, o_.grad_clip) / (static_cast<float>(world_) * scale);
     AdamWParams hp = o_.adamw;
     hp.lr = lr;
-    if (!t.decay) hp.weight_decay = 0.0f;
-    dev_.adamw_step(model_.params() + t.offset, m_.get() + t.offset, v_.get() + t.offset,
-                    model_.grads() + t.offset, t.numel, step + 1, hp, grad_scale);
+    dev_.adamw_step_layout(model_.params(), m_.get(), v_.get(), model_.grads(), model_.layout(),
+                           ++adam_steps_, hp, grad_scale);
   }
   dev_.synchronize();
   return static_cast<double>(loss_accum) / world_;
@@ -231,6 +245,7 @@ GptResult GptRun::run() {
   if (o_.model.vocab_size < 256) {
     throw UsageError("the byte-level GPT needs a vocabulary of at least 256");
   }
+  dev_.set_precision(precision_);  // throws UsageError when the device cannot
   text_ = split_text(load_text(o_.data));
   train_loader_.emplace(text_.train, B, T, rank_, world_);
   val_loader_.emplace(text_.val, B, T, rank_, world_);
@@ -260,13 +275,14 @@ GptResult GptRun::run() {
     char line[384];
     std::snprintf(
         line, sizeof line,
-        "gpt: %d rank%s x %d x %d tokens x %d micro-steps = %lld tokens/step on %s, gradients via "
-        "%s; %zu parameters (%d layers, %d heads, %d embd); %zu train / %zu val bytes; "
-        "seed %llu; weights crc32 %08x%s",
+        "gpt: %d rank%s x %d x %d tokens x %d micro-steps = %lld tokens/step on %s, %s GEMMs%s, "
+        "gradients via %s; %zu parameters (%d layers, %d heads, %d embd); %zu train / %zu val "
+        "bytes; seed %llu; weights crc32 %08x%s",
         world_, world_ == 1 ? "" : "s", B, T, accum, static_cast<long long>(o_.total_batch_tokens),
-        dev_.describe().c_str(), comm_.describe(), model_.layout().num_parameters(),
-        o_.model.n_layer, o_.model.n_head, o_.model.n_embd, text_.train.size(), text_.val.size(),
-        static_cast<unsigned long long>(o_.seed), crc,
+        dev_.describe().c_str(), precision_name(precision_),
+        scaler_.enabled() ? " with loss scaling" : "", comm_.describe(),
+        model_.layout().num_parameters(), o_.model.n_layer, o_.model.n_head, o_.model.n_embd,
+        text_.train.size(), text_.val.size(), static_cast<unsigned long long>(o_.seed), crc,
         resumed ? (" (resumed at step " + std::to_string(result_.start_step) + ")").c_str() : "");
     log(line);
   }
@@ -277,12 +293,17 @@ GptResult GptRun::run() {
   int64_t tokens = 0;
   double ema_rate = 0;
   int64_t step = result_.start_step;
+  uint64_t launches = 0;
   for (; step < o_.max_steps; ++step) {
     if (o_.eval_interval > 0 && step % o_.eval_interval == 0) validate(step);
     const auto t0 = Clock::now();
+    const uint64_t launches_before = dev_.launches();
     const float lr = cosine_lr(step, o_.warmup_steps, o_.max_steps, o_.adamw.lr, min_lr);
     double comm_s = 0, norm = 0;
-    const double loss = train_step(step, accum, lr, &norm, &comm_s);
+    bool applied = true;
+    const double loss = train_step(accum, lr, &norm, &comm_s, &applied);
+    const uint64_t step_launches = dev_.launches() - launches_before;
+    launches += step_launches;
     comm_seconds += comm_s;
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     train_seconds += dt;
@@ -300,10 +321,17 @@ GptResult GptRun::run() {
         {"time", std::chrono::duration<double>(Clock::now() - run_start).count()}};
     if (rank_ == 0) {
       line.update({{"loss", loss}, {"lr", lr}, {"grad_norm", norm}});
+      if (scaler_.enabled()) line["loss_scale"] = scaler_.scale();
+      if (!applied) line["skipped"] = true;
     } else {
       line["rank"] = rank_;
     }
+    if (step_launches > 0) line["launches"] = step_launches;
     metrics_->write(line);
+    if (!applied && rank_ == 0) {
+      log("step " + std::to_string(step + 1) + " skipped: fp16 gradients overflowed; loss scale " +
+          std::to_string(static_cast<double>(scaler_.scale())));
+    }
     report_step(step + 1, dt, rate, comm_s);  // to cohortrun: its metrics and straggler check
     const CheckpointDue due =
         checkpoint_due(step + 1, o_.checkpoint_every, !o_.checkpoint_dir.empty());
@@ -329,6 +357,11 @@ GptResult GptRun::run() {
     }
   }
   result_.steps = step;
+  result_.precision = precision_;
+  result_.loss_scale = scaler_.scale();
+  result_.skipped_steps = scaler_.skipped_steps();
+  result_.launches_per_step =
+      step > result_.start_step ? static_cast<double>(launches) / (step - result_.start_step) : 0;
   result_.train_seconds = train_seconds;
   result_.comm_seconds = comm_seconds;
   result_.tokens_per_s = train_seconds > 0 ? tokens / train_seconds : 0;

@@ -49,6 +49,8 @@ usage_errors=(
   "cohort-train-fmnist|--epochs abc|--epochs"
   "cohort-train-gpt|--bogus|--bogus"
   "cohort-train-gpt|--max-steps|--max-steps"
+  "cohort-train-gpt|--precision bf32|--precision"
+  "cohort-train-fmnist|--precision fp8|--precision"
 )
 for row in "${usage_errors[@]}"; do
   IFS='|' read -r b args flag <<<"$row"

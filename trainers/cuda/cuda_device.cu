@@ -52,6 +52,10 @@ class CudaDevice final : public Device {
   void* native_stream() override { return stream_; }
   int cuda_index() const override { return index_; }
   std::string pci_bus_id() const override { return pci_bus_id_; }
+  std::string why_unsupported(Precision p) const override {
+    return p == Precision::kFp32 ? std::string()
+                                 : std::string("the CUDA kernels run fp32 GEMMs only so far");
+  }
 
   void* alloc(size_t bytes) override {
     void* p = nullptr;

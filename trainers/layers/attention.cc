@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "layers/operand.h"
 #include "vec_math.h"
 
 namespace cohort::train {
@@ -48,12 +49,14 @@ void causal_softmax_backward(float* datt, const float* att, int T, float scale) 
 
 }  // namespace
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                       Precision p) {
   const int hs = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float* qkv_r = detail::rounded_operand(0, p, qkv, static_cast<size_t>(B) * T * C3);
   for (int b = 0; b < B; ++b) {
-    const float* base = qkv + static_cast<size_t>(b) * T * C3;
+    const float* base = qkv_r + static_cast<size_t>(b) * T * C3;
     for (int h = 0; h < NH; ++h) {
       const float* q = base + h * hs;
       const float* k = base + C + h * hs;
@@ -64,19 +67,22 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a,
                   T);
       causal_softmax(a, T);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f, o,
+      const float* a_r = detail::rounded_operand(1, p, a, static_cast<size_t>(T) * T);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a_r, T, v, C3, 0.0f, o,
                   C);
     }
   }
 }
 
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH) {
+                        const float* att, int B, int T, int C, int NH, Precision p) {
   const int hs = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float* qkv_r = detail::rounded_operand(0, p, qkv, static_cast<size_t>(B) * T * C3);
+  const float* dout_r = detail::rounded_operand(1, p, dout, static_cast<size_t>(B) * T * C);
   for (int b = 0; b < B; ++b) {
-    const float* base = qkv + static_cast<size_t>(b) * T * C3;
+    const float* base = qkv_r + static_cast<size_t>(b) * T * C3;
     float* dbase = dqkv + static_cast<size_t>(b) * T * C3;
     for (int h = 0; h < NH; ++h) {
       const float* q = base + h * hs;
@@ -86,13 +92,16 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
       float* dk = dbase + C + h * hs;
       float* dv = dbase + 2 * C + h * hs;
       const float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
-      const float* d = dout + static_cast<size_t>(b) * T * C + h * hs;
+      const float* a_r = detail::rounded_operand(2, p, a, static_cast<size_t>(T) * T);
+      const float* d = dout_r + static_cast<size_t>(b) * T * C + h * hs;
       // datt (T, T) = d (T, hs) @ v^T;  dv (T, hs) = a^T @ d
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, C3, 0.0f, datt,
                   T);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 0.0f, dv,
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a_r, T, d, C, 0.0f, dv,
                   C3);
+      // From the fp32 probabilities; dpre is only an operand of the two products below.
       causal_softmax_backward(datt, a, T, scale);
+      round_array(p, datt, datt, static_cast<size_t>(T) * T);
       // dq = dpre @ k;  dk = dpre^T @ q   (scale already folded into dpre)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, datt, T, k, C3, 0.0f,
                   dq, C3);

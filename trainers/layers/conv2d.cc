@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "layers/operand.h"
 #include "vec_math.h"
 
 namespace cohort::train {
@@ -179,9 +180,10 @@ inline void direct_forward_impl(float* out, const float* inp, const float* wt, c
   }
 }
 
+// dout feeds the bias gradient, dout_r (dout rounded to the precision) the weight gradient.
 template <int OC_T>
-inline void direct_backward_impl(float* dwt, float* db, const float* dout, const float* inp,
-                                 const Conv2dShape& s) {
+inline void direct_backward_impl(float* dwt, float* db, const float* dout, const float* dout_r,
+                                 const float* inp, const Conv2dShape& s) {
   const int KK = s.K * s.K, OC = OC_T > 0 ? OC_T : s.OC;
   float taps[kMaxDirectTaps];
   for (int b = 0; b < s.B; ++b) {
@@ -189,13 +191,14 @@ inline void direct_backward_impl(float* dwt, float* db, const float* dout, const
     for (int oh = 0; oh < s.OH(); ++oh) {
       for (int ow = 0; ow < s.OW(); ++ow) {
         gather_taps(taps, img, s, oh, ow);
-        const float* __restrict d =
-            dout + ((static_cast<size_t>(b) * s.OH() + oh) * s.OW() + ow) * OC;
+        const size_t at = ((static_cast<size_t>(b) * s.OH() + oh) * s.OW() + ow) * OC;
+        const float* __restrict d = dout + at;
+        const float* __restrict dr = dout_r + at;
         for (int j = 0; j < OC; ++j) db[j] += d[j];
         for (int k = 0; k < KK; ++k) {
           const float t = taps[k];
           float* __restrict g = dwt + k * OC;
-          for (int j = 0; j < OC; ++j) g[j] += t * d[j];
+          for (int j = 0; j < OC; ++j) g[j] += t * dr[j];
         }
       }
     }
@@ -220,15 +223,15 @@ void direct_forward(float* out, const float* inp, const float* weight, const flo
 }
 
 COHORT_TRAIN_CLONES
-void direct_backward(float* dweight, float* dbias, const float* dout, const float* inp,
-                     const Conv2dShape& s) {
+void direct_backward(float* dweight, float* dbias, const float* dout, const float* dout_r,
+                     const float* inp, const Conv2dShape& s) {
   const int KK = s.K * s.K, OC = s.OC;
   float dwt[kMaxDirectTaps * kMaxDirectOut] = {};  // d weight^T (KK, OC)
   float db[kMaxDirectOut] = {};
   if (OC == 32) {
-    direct_backward_impl<32>(dwt, db, dout, inp, s);
+    direct_backward_impl<32>(dwt, db, dout, dout_r, inp, s);
   } else {
-    direct_backward_impl<0>(dwt, db, dout, inp, s);
+    direct_backward_impl<0>(dwt, db, dout, dout_r, inp, s);
   }
   for (int o = 0; o < OC; ++o) {
     for (int k = 0; k < KK; ++k) dweight[o * KK + k] += dwt[k * OC + o];
@@ -241,7 +244,10 @@ void direct_backward(float* dweight, float* dbias, const float* dout, const floa
 }  // namespace
 
 void conv2d_forward(float* out, float* col, const float* inp, const float* weight,
-                    const float* bias, const Conv2dShape& s) {
+                    const float* bias, const Conv2dShape& s, Precision p) {
+  // Rounding the input before im2col rounds every col entry (zeros stay zeros).
+  inp = detail::rounded_operand(0, p, inp, static_cast<size_t>(s.B) * s.H * s.W * s.C);
+  weight = detail::rounded_operand(1, p, weight, static_cast<size_t>(s.OC) * s.col_cols());
   if (use_direct(s)) {
     direct_forward(out, inp, weight, bias, s);
     return;
@@ -265,12 +271,16 @@ void conv2d_forward(float* out, float* col, const float* inp, const float* weigh
 }
 
 void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     float* col, const float* weight, const Conv2dShape& s) {
+                     float* col, const float* weight, const Conv2dShape& s, Precision p) {
+  const float* dout_r =
+      detail::rounded_operand(2, p, dout, static_cast<size_t>(s.col_rows()) * s.OC);
+  inp = detail::rounded_operand(0, p, inp, static_cast<size_t>(s.B) * s.H * s.W * s.C);
   if (use_direct(s) && !dinp) {
     // The first layer: no input gradient, so no col2im either.
-    direct_backward(dweight, dbias, dout, inp, s);
+    direct_backward(dweight, dbias, dout, dout_r, inp, s);
     return;
   }
+  weight = detail::rounded_operand(1, p, weight, static_cast<size_t>(s.OC) * s.col_cols());
   const int step = conv2d_chunk_images(s);
   const size_t in_img = static_cast<size_t>(s.H) * s.W * s.C;
   const size_t out_img = static_cast<size_t>(s.OH()) * s.OW() * s.OC;
@@ -279,7 +289,7 @@ void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dou
   for (int b0 = 0; b0 < s.B; b0 += step) {
     const Conv2dShape c = chunk_of(s, std::min(step, s.B - b0));
     const long M = c.col_rows();
-    const float* d = dout + b0 * out_img;
+    const float* d = dout_r + b0 * out_img;
     im2col(col, inp + b0 * in_img, c);
     // dweight (OC, KKC) += d^T (OC, M) @ col (M, KKC)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.OC, KC, M, 1.0f, d, s.OC, col, KC, 1.0f,

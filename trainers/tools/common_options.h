@@ -3,17 +3,26 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 
 #include "cohort/base/cli11.h"
+#include "cohort/train/precision.h"
 #include "cohort/train/worker.h"
 
 namespace cohort::train {
 
 // `Options` is FmnistOptions or GptOptions: both carry the evaluation, checkpoint and metrics
 // fields.
+// The --precision given ("": the device's default), checked by CLI11 (a usage error otherwise).
 template <typename Options>
-void add_common_options(CLI::App& app, Options& o, WorkerOptions& w, std::string& summary_path) {
+void add_common_options(CLI::App& app, Options& o, WorkerOptions& w, std::string& summary_path,
+                        std::string& precision) {
+  app.add_option("--precision", precision,
+                 "GEMM arithmetic: fp32, tf32, bf16 or fp16 (with loss scaling); fp32 master "
+                 "weights and optimiser state whatever it is (default: bf16 on a GPU that has "
+                 "it, else fp32)")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
   app.add_option("--eval-interval", o.eval_interval,
                  "steps between evaluations (0: only at the end, and at epoch ends)")
       ->capture_default_str();
@@ -29,13 +38,21 @@ void add_common_options(CLI::App& app, Options& o, WorkerOptions& w, std::string
   app.add_option("--threads", w.threads, "CPU threads (default: OMP_NUM_THREADS, else all)");
 }
 
+// The precision of a --precision value, unset for "" (the device's default).
+inline std::optional<Precision> precision_option(const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  return parse_precision(value);
+}
+
 // The command-line conventions of cohort's binaries (cohort/base/cli11.h) with the trainers'
 // placeholders; no environment variables (a trainer's environment is its launcher's).
 inline cohort::cli::Conventions trainer_conventions(std::string program) {
   cohort::cli::Conventions c;
   c.program = std::move(program);
-  c.placeholders = {
-      {"--device", "cpu|cuda|cuda:N"}, {"--lr-schedule", "constant|cosine"}, {"--metrics", "PATH"}};
+  c.placeholders = {{"--device", "cpu|cuda|cuda:N"},
+                    {"--lr-schedule", "constant|cosine"},
+                    {"--metrics", "PATH"},
+                    {"--precision", "fp32|tf32|bf16|fp16"}};
   return c;
 }
 

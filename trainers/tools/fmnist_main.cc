@@ -14,6 +14,7 @@ struct Cli {
   FmnistOptions o;
   WorkerOptions w;
   std::string summary;
+  std::string precision;    // --precision ("": the device's default)
   double min_accuracy = 0;  // exit status 3 below it
 };
 
@@ -37,7 +38,7 @@ void define_options(CLI::App& app, Cli& c) {
   app.add_option("--max-steps", c.o.max_steps, "stop after this many steps (0: all epochs)");
   app.add_option("--train-limit", c.o.train_limit, "use only the first N training images");
   app.add_option("--test-limit", c.o.test_limit, "evaluate on the first N test images");
-  add_common_options(app, c.o, c.w, c.summary);
+  add_common_options(app, c.o, c.w, c.summary, c.precision);
   // The option's former spelling, before it took the GPT trainer's; hidden from --help.
   app.add_option("--eval-every", c.o.eval_interval, "former spelling of --eval-interval")
       ->group("");
@@ -56,6 +57,7 @@ int real_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return cohort::cli::exit_status(app, e);
   }
+  c.o.precision = precision_option(c.precision);
   auto worker = Worker::start(c.w);
   c.o.on_step = worker->step_hook();
   if (worker->rank() != 0) c.o.out = nullptr;
@@ -81,6 +83,10 @@ int real_main(int argc, char** argv) {
                               {"train_loss", r.last_loss},
                               {"samples_per_s", r.samples_per_s},
                               {"device", worker->device().describe()},
+                              {"precision", precision_name(r.precision)},
+                              {"loss_scale", r.loss_scale},
+                              {"skipped_steps", r.skipped_steps},
+                              {"launches_per_step", r.launches_per_step},
                               {"gradient_path", worker->comm().describe()},
                               {"train_seconds", r.train_seconds},
                               {"comm_seconds", r.comm_seconds}});

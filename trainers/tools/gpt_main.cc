@@ -14,6 +14,7 @@ struct Cli {
   GptOptions o;
   WorkerOptions w;
   std::string summary;
+  std::string precision;    // --precision ("": the device's default)
   double max_val_loss = 0;  // exit status 3 above it (0: no check)
 };
 
@@ -37,7 +38,7 @@ void define_options(CLI::App& app, Cli& c) {
   app.add_option("--sample", c.o.sample_bytes, "bytes to generate at the end");
   app.add_option("--prompt", c.o.prompt, "start of the generated text");
   app.add_option("--seed", c.o.seed, "seed of the weights and sampling")->capture_default_str();
-  add_common_options(app, c.o, c.w, c.summary);
+  add_common_options(app, c.o, c.w, c.summary, c.precision);
   app.add_option("--max-val-loss", c.max_val_loss,
                  "exit with status 3 when the final validation loss is higher (checks, CI)");
 }
@@ -53,6 +54,7 @@ int real_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return cohort::cli::exit_status(app, e);
   }
+  c.o.precision = precision_option(c.precision);
   auto worker = Worker::start(c.w);
   c.o.on_step = worker->step_hook();
   if (worker->rank() != 0) c.o.out = nullptr;
@@ -74,6 +76,10 @@ int real_main(int argc, char** argv) {
                               {"model_flops_per_token", r.flops_per_token},
                               {"model_tflops", r.flops_per_token * r.tokens_per_s / 1e12},
                               {"device", worker->device().describe()},
+                              {"precision", precision_name(r.precision)},
+                              {"loss_scale", r.loss_scale},
+                              {"skipped_steps", r.skipped_steps},
+                              {"launches_per_step", r.launches_per_step},
                               {"gradient_path", worker->comm().describe()},
                               {"train_seconds", r.train_seconds},
                               {"comm_seconds", r.comm_seconds}});

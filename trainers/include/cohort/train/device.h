@@ -3,7 +3,9 @@
 // The models (cnn.h, gpt.h) are written once against this interface. CpuDevice forwards every call
 // to the CPU reference functions in layers/ (OpenBLAS for GEMMs); CudaDevice (built with CUDA)
 // forwards to the launchers in cuda/ on one stream with one cuBLAS handle. Every layer method has
-// exactly the CPU function's signature and conventions; pointers are device pointers.
+// exactly the CPU function's signature and conventions; pointers are device pointers. The GEMMs
+// of the layer methods (linear, conv2d, attention) round their operands to the device's
+// precision() (precision.h): CpuDevice in software, CudaDevice on tensor cores.
 //
 // Thread safety: a Device is used by one thread at a time.
 #pragma once
@@ -15,6 +17,8 @@
 
 #include "cohort/train/layers/conv2d.h"
 #include "cohort/train/optim.h"
+#include "cohort/train/param_layout.h"
+#include "cohort/train/precision.h"
 
 namespace cohort::train {
 
@@ -33,6 +37,22 @@ class Device {
   // The GPU's PCI bus id, lower case ("0000:3b:00.0"); "" on the CPU. Two processes of one
   // machine share a GPU iff their ids are equal, whatever CUDA_VISIBLE_DEVICES numbered it.
   virtual std::string pci_bus_id() const { return {}; }
+
+  // ---- precision of the layers' GEMMs (fp32 until set) ----
+  // Why this device cannot run GEMMs in `p`, or "" when it can (the CPU emulates every format).
+  virtual std::string why_unsupported(Precision p) const {
+    (void)p;
+    return {};
+  }
+  // bf16 on a GPU that has bf16 tensor cores, else fp32 (the CPU: emulation is slower than fp32).
+  virtual Precision default_precision() const { return Precision::kFp32; }
+  // Throws cohort::UsageError with why_unsupported(p) when the device cannot.
+  void set_precision(Precision p);
+  Precision precision() const { return precision_; }
+
+  // Kernel launches and library calls (each GEMM counts one) queued on this device so far, for
+  // counting them per step; 0 on the CPU.
+  virtual uint64_t launches() const { return 0; }
 
   // ---- memory (bytes) ----
   // Returns `bytes` of device memory (64-byte aligned); throws std::bad_alloc / CudaError.
@@ -94,9 +114,18 @@ class Device {
                         float grad_scale) = 0;
   virtual void adamw_step(float* params, float* m, float* v, const float* grads, size_t n,
                           int64_t t, const AdamWParams& p, float grad_scale) = 0;
+  // adamw_step over every tensor of `layout` in the buffers, each tensor with p.weight_decay when
+  // its `decay` is set and 0 otherwise. This loops over the tensors; CudaDevice does it in one
+  // kernel.
+  virtual void adamw_step_layout(float* params, float* m, float* v, const float* grads,
+                                 const ParamLayout& layout, int64_t t, const AdamWParams& p,
+                                 float grad_scale);
   virtual void ema_update(float* average, const float* x, size_t n, float decay) = 0;
   // Sum of squares of x (the result is on the host).
   virtual double sum_squares(const float* x, size_t n) = 0;
+
+ protected:
+  Precision precision_ = Precision::kFp32;
 };
 
 // The CPU device. `threads` as configure_blas_threads (0: OMP_NUM_THREADS, else all CPUs).

@@ -9,17 +9,22 @@
 // Evaluation scores an exponential moving average of the weights (ema_decay; every rank keeps the
 // same one) and, for comparison, the weights themselves.
 // A run resumes by itself from the newest complete checkpoint in checkpoint_dir, at any world size.
+// Mixed precision as the GPT trainer's (gpt_trainer.h): GEMMs in `precision`, fp32 weights,
+// momentum and average; fp16 scales the loss and skips the SGD step of an overflow.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cohort/train/comm.h"
 #include "cohort/train/device.h"
 #include "cohort/train/fmnist_data.h"
+#include "cohort/train/loss_scaler.h"
+#include "cohort/train/precision.h"
 
 namespace cohort::train {
 
@@ -44,6 +49,9 @@ struct FmnistOptions {
   // the last weights (seeds 0-4: 89.33-89.87% against 86.94-89.09%).
   float ema_decay = 0.98f;
   uint64_t seed = 0;
+  // The GEMMs' format; unset: the device's default (bf16 on a GPU that has it, else fp32).
+  std::optional<Precision> precision;
+  LossScalerOptions loss_scaler;  // used in fp16 only
   int64_t max_steps = 0;    // stop after this many optimiser steps in total (0: run all epochs)
   int64_t train_limit = 0;  // use only the first N training images (0: all 60,000)
   int64_t test_limit = 0;   // evaluate on the first N test images (0: all 10,000)
@@ -83,6 +91,10 @@ struct FmnistResult {
   uint32_t params_crc = 0;        // crc32 of the final parameters (the same on every rank)
   uint32_t average_crc = 0;       // crc32 of the final weight average (0 when ema_decay is 0)
   std::vector<FmnistEval> evals;  // every evaluation of this call, in order
+  Precision precision = Precision::kFp32;  // the GEMMs' format of the run
+  double loss_scale = 1;                   // fp16: the scale after the last step
+  int64_t skipped_steps = 0;               // fp16: steps of this call skipped for overflow
+  double launches_per_step = 0;            // Device::launches() per step (0: CPU)
 };
 
 // Trains on `dev` with `comm`'s ranks. Throws cohort::UsageError (bad options, a checkpoint of

@@ -3,10 +3,14 @@
 //
 // Layout: activations NHWC (B, H, W, C); weight (OC, K, K, C), so one im2col row is K*K runs of C
 // contiguous floats. (PyTorch stores the weight (OC, C, K, K) and activations NCHW; the maths is
-// the same up to that permutation, see cnn.h.) Conventions as in linear.h.
+// the same up to that permutation, see cnn.h.) Conventions as in linear.h: the products round
+// their operands (the input, the weight, the output gradient) to `p`; the bias gradient, col2im's
+// sums and everything else are fp32.
 #pragma once
 
 #include <cstddef>
+
+#include "cohort/train/precision.h"
 
 namespace cohort::train {
 
@@ -32,13 +36,14 @@ int conv2d_chunk_images(const Conv2dShape& s);
 // out (B, OH, OW, OC) = im2col(inp) @ weight^T + bias; bias may be null. col is scratch
 // (conv2d_scratch_floats(s) floats).
 void conv2d_forward(float* out, float* col, const float* inp, const float* weight,
-                    const float* bias, const Conv2dShape& s);
+                    const float* bias, const Conv2dShape& s, Precision p = Precision::kFp32);
 
 // dweight (OC, K*K*C) += dout^T @ im2col(inp); dbias (OC) += sums of dout; then, when dinp is not
 // null, dinp (B, H, W, C) = col2im(dout @ weight) (overwritten). `inp` is forward's input (im2col
 // is recomputed chunk by chunk); col is scratch as for forward.
 void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     float* col, const float* weight, const Conv2dShape& s);
+                     float* col, const float* weight, const Conv2dShape& s,
+                     Precision p = Precision::kFp32);
 
 // The im2col and col2im halves on their own (CUDA twins and tests use them).
 void im2col(float* col, const float* inp, const Conv2dShape& s);
