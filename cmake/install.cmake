@@ -72,7 +72,7 @@ foreach(_bin cohortrun cohortd cohortctl cohort-train-fmnist cohort-train-gpt)
   endif()
 endforeach()
 # The `cohort` Python package (heartbeats for Python workers), where an installed cohortrun looks
-# for it to put on its workers' PYTHONPATH: <prefix>/lib/cohort/python (launcher/job_plan.cc;
+# for it to put on its workers' PYTHONPATH: <prefix>/lib/cohort/python (launcher/plan/job_plan.cc;
 # "lib" whatever CMAKE_INSTALL_LIBDIR is, as it holds no library).
 if(TARGET cohortrun)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/cohort DESTINATION lib/cohort/python

@@ -383,7 +383,7 @@ CPU_PID=$!
 # Every GPU test, serially; each writes its gtest JSON (with the layers' error shares).
 rm -rf "$WORK/gtest"
 mkdir -p "$WORK/gtest"
-# (tests/launcher/nvml_gpu_test.cc among them: the real NVML through cohort's wrapper; what it
+# (tests/launcher/gpu/nvml_gpu_test.cc among them: the real NVML through cohort's wrapper; what it
 # read goes to nvml_report.json.)
 rm -f "$WORK/nvml_report.json"
 step gpu_tests 200 env "LD_LIBRARY_PATH=$LDP" COHORT_REQUIRE_GPU=1 \

@@ -243,7 +243,7 @@ def main():
 
 
 def nvml_section(readings, preflight, metrics_test):
-    """What cohort's NVML wrapper read from the real driver (tests/launcher/nvml_gpu_test.cc),
+    """What cohort's NVML wrapper read from the real driver (tests/launcher/gpu/nvml_gpu_test.cc),
     whether promtool checked the metrics text, and cohortrun --gpu-preflight's answers."""
     out = {}
     if readings:

@@ -19,7 +19,7 @@
 #include "cohort/rdzv/memory_store.h"
 #include "cohort/rdzv/prefix_store.h"
 #include "cohort/rdzv/server.h"
-#include "cohort/rdzv/slurm.h"
+#include "cohort/base/slurm.h"
 #include "cohort/rdzv/tcp_store.h"
 
 namespace cohort {
@@ -160,7 +160,7 @@ WorkerIdentity WorkerIdentity::parse(const EnvMap& env) {
       parse_master(env, id, hint);
     } else {
       // A direct srun launch: the store is hosted by task 0, on the job's first host, at a port
-      // derived from the job and step ids (cohort/rdzv/slurm.h), so no address needs passing.
+      // derived from the job and step ids (cohort/base/slurm.h), so no address needs passing.
       try {
         auto job = slurm::SlurmEnv::from_env(env);
         if (!job) missing("SLURM_JOB_ID", hint);

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "error_file.h"
-#include "failure.h"
-#include "failure_report.h"
+#include "failure/error_file.h"
+#include "failure/failure.h"
+#include "failure/failure_report.h"
 #include "fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

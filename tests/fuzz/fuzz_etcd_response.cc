@@ -1,4 +1,4 @@
-// fuzz_etcd_response: reading the etcd v3 JSON gateway's responses (rendezvous/etcd_json.h).
+// fuzz_etcd_response: reading the etcd v3 JSON gateway's responses (rendezvous/etcd/etcd_json.h).
 //
 // The input is one response body (or one line of the /v3/watch stream). Every parser runs on it;
 // each may only return or throw std::runtime_error ("malformed"), as the header promises: any
@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "etcd_json.h"
+#include "etcd/etcd_json.h"
 #include "fuzz_check.h"
 
 namespace {

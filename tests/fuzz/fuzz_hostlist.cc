@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "cohort/rdzv/slurm.h"
+#include "cohort/base/slurm.h"
 #include "fuzz_check.h"
 
 namespace {

@@ -58,9 +58,9 @@
 #include "cohort/rdzv/codec.h"
 #include "cohort/rdzv/server.h"
 #include "fuzz_check.h"
-#include "protocol_handler.h"
+#include "server/protocol_handler.h"
 #include "store_model.h"
-#include "store_state.h"
+#include "server/store_state.h"
 
 namespace {
 

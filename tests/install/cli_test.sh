@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ctest cli.conventions: the command-line conventions of every binary (cohort/base/cli11.h for the
-# CLI11 ones, launcher/cli.cc for cohortrun), table-driven:
+# CLI11 ones, launcher/plan/cli.cc for cohortrun), table-driven:
 #   --version prints "<binary> <version> (git <revision>)" and exits 0;
 #   each usage error exits 2 with one line on stderr that names the offending flag;
 #   --help shows typed placeholders, never CLI11's TEXT/INT/FLOAT;

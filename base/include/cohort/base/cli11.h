@@ -9,7 +9,7 @@
 //   --config PATH      with a config file, CLI11's TOML/INI reader: `some-flag = value` lines;
 //                      <PREFIX>CONFIG names one when --config is not given;
 //   --print-completion bash   a bash completion script made from the same option list (the build
-//                      installs it; cohortrun has its own, launcher/cli.cc).
+//                      installs it; cohortrun has its own, launcher/plan/cli.cc).
 // Precedence (CLI11's): the command line, then the config file, then the environment, then the
 // defaults.
 //

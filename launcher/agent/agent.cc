@@ -1,0 +1,228 @@
+#include "agent/agent.h"
+
+#include <algorithm>
+#include <csignal>
+
+namespace cohort::launch {
+
+Agent::Agent(AgentOptions options) : options_(options) {}
+
+std::vector<Action> Agent::start() {
+  phase_ = Phase::kRendezvous;
+  return {action::Rendezvous{round_}};
+}
+
+std::vector<Action> Agent::on_rendezvous_done(const RankAssignment& assignment) {
+  std::vector<Action> out;
+  if (phase_ != Phase::kRendezvous || assignment.round <= round_) return out;
+  std::optional<Outcome> previous = outcome_;
+  round_ = assignment.round;
+  restart_count_ = assignment.restart_count;
+  workers_.assign(static_cast<size_t>(assignment.local_world_size), WorkerState::kRunning);
+  failures_.clear();
+  outcome_.reset();
+  stop_reason_ = StopReason::kNone;
+  phase_ = Phase::kRunning;
+  out.push_back(action::StartWorkers{assignment, std::move(previous)});
+  return out;
+}
+
+bool Agent::is_stop_consequence(const WorkerFailure& f) const {
+  // Killed by a signal this agent sends to stop workers, or a shell's 128+N for one.
+  for (int sig : {SIGTERM, SIGKILL, stop_signal_}) {
+    if (sig == 0) continue;
+    if (f.exit_code == -sig || f.exit_code == 128 + sig) return true;
+  }
+  return false;
+}
+
+bool Agent::all_workers_gone() const {
+  return std::none_of(workers_.begin(), workers_.end(),
+                      [](WorkerState s) { return s == WorkerState::kRunning; });
+}
+
+void Agent::begin_stop(StopReason reason, int sig, std::vector<Action>* out) {
+  phase_ = Phase::kStopping;
+  stop_signal_ = sig;
+  stop_reason_ = reason;
+  if (!all_workers_gone()) out->push_back(action::StopWorkers{sig, options_.term_timeout});
+}
+
+std::vector<Action> Agent::on_worker_exited(int local_rank, std::optional<WorkerFailure> failure) {
+  std::vector<Action> out;
+  if (local_rank < 0 || static_cast<size_t>(local_rank) >= workers_.size()) return out;
+  WorkerState& w = workers_[static_cast<size_t>(local_rank)];
+  if (w != WorkerState::kRunning) return out;
+  switch (phase_) {
+    case Phase::kRunning:
+      if (!failure) {
+        w = WorkerState::kSucceeded;
+        if (all_workers_gone()) {
+          phase_ = Phase::kAwaitingOutcome;
+          out.push_back(action::PublishSuccess{round_});
+          advance(&out);  // the outcome may already be known
+        }
+        return out;
+      }
+      w = WorkerState::kFailed;
+      failures_.push_back(*failure);
+      out.push_back(action::PublishFailure{round_, restart_count_, failures_});
+      begin_stop(StopReason::kLocalFailure, SIGTERM, &out);
+      advance(&out);
+      return out;
+    case Phase::kStopping:
+      // An exit after the stop decision is usually its consequence (the stop signal, SIGKILL),
+      // but a worker that failed on its own meanwhile (every rank raising at once) is a failure
+      // too: it joins the report.
+      w = WorkerState::kGone;
+      if (failure && !is_stop_consequence(*failure) && stop_reason_ != StopReason::kSignal) {
+        failures_.push_back(*failure);
+        out.push_back(action::PublishFailure{round_, restart_count_, failures_});
+      }
+      advance(&out);
+      return out;
+    default:
+      w = WorkerState::kGone;
+      return out;
+  }
+}
+
+std::vector<Action> Agent::on_worker_hung(int local_rank, WorkerFailure failure) {
+  std::vector<Action> out;
+  if (phase_ != Phase::kRunning) return out;
+  if (local_rank < 0 || static_cast<size_t>(local_rank) >= workers_.size()) return out;
+  if (workers_[static_cast<size_t>(local_rank)] != WorkerState::kRunning) return out;
+  failures_.push_back(std::move(failure));
+  out.push_back(action::PublishFailure{round_, restart_count_, failures_});
+  begin_stop(StopReason::kLocalFailure, SIGTERM, &out);
+  return out;
+}
+
+std::vector<Action> Agent::on_worker_wedged(int local_rank, WorkerFailure failure) {
+  std::vector<Action> out;
+  if (phase_ != Phase::kRunning) return out;
+  if (local_rank < 0 || static_cast<size_t>(local_rank) >= workers_.size()) return out;
+  if (workers_[static_cast<size_t>(local_rank)] != WorkerState::kRunning) return out;
+  const std::string reason = "rank " + std::to_string(failure.global_rank) + " " + failure.reason;
+  failures_.push_back(std::move(failure));
+  out.push_back(action::PublishFailure{round_, restart_count_, failures_});
+  // As a fatal error: every node stops, nobody restarts.
+  for (Action& a : on_fatal(reason)) out.push_back(std::move(a));
+  return out;
+}
+
+std::vector<Action> Agent::on_outcome(int round, const Outcome& outcome) {
+  std::vector<Action> out;
+  if (round != round_ || outcome_) return out;
+  outcome_ = outcome;
+  switch (phase_) {
+    case Phase::kRunning:
+      if (outcome.kind != Outcome::kSucceeded) begin_stop(StopReason::kRemote, SIGTERM, &out);
+      // A success decided while our workers still run cannot happen: we have not counted.
+      break;
+    case Phase::kRendezvous:
+      // The job was aborted elsewhere before our workers started.
+      if (outcome.kind == Outcome::kAborted) finish(1, true, &out, outcome.detail);
+      return out;
+    default:
+      break;
+  }
+  advance(&out);
+  return out;
+}
+
+std::vector<Action> Agent::on_signal(int sig) {
+  std::vector<Action> out;
+  if (phase_ == Phase::kDone) return out;
+  if (signal_ != 0) {
+    // A second signal while stopping: no more grace.
+    if (phase_ == Phase::kStopping) out.push_back(action::KillWorkers{});
+    return out;
+  }
+  signal_ = sig;
+  out.push_back(action::PublishAbort{round_, signal_name(sig) + " received"});
+  switch (phase_) {
+    case Phase::kRunning:
+      begin_stop(StopReason::kSignal, sig, &out);
+      advance(&out);
+      break;
+    case Phase::kStopping:
+      stop_reason_ = StopReason::kSignal;
+      advance(&out);
+      break;
+    default:
+      finish(128 + sig, true, &out, signal_name(sig) + " received");
+      break;
+  }
+  return out;
+}
+
+std::vector<Action> Agent::on_fatal(std::string reason) {
+  std::vector<Action> out;
+  if (phase_ == Phase::kDone || !fatal_reason_.empty()) return out;
+  fatal_reason_ = std::move(reason);
+  out.push_back(action::PublishAbort{round_, fatal_reason_});
+  if (phase_ == Phase::kRunning || phase_ == Phase::kStopping) {
+    if (phase_ == Phase::kRunning) begin_stop(StopReason::kFatal, SIGTERM, &out);
+    if (stop_reason_ != StopReason::kSignal) stop_reason_ = StopReason::kFatal;
+    advance(&out);
+    return out;
+  }
+  finish(1, true, &out, fatal_reason_);
+  return out;
+}
+
+std::vector<Action> Agent::on_stop_deadline() {
+  std::vector<Action> out;
+  if (phase_ == Phase::kStopping && !all_workers_gone()) out.push_back(action::KillWorkers{});
+  return out;
+}
+
+std::vector<Action> Agent::on_kill_deadline() {
+  std::vector<Action> out;
+  if (phase_ != Phase::kStopping) return out;
+  for (WorkerState& w : workers_) {
+    if (w == WorkerState::kRunning) w = WorkerState::kGone;
+  }
+  advance(&out);
+  return out;
+}
+
+void Agent::finish(int code, bool failed, std::vector<Action>* out, std::string reason) {
+  phase_ = Phase::kDone;
+  out->push_back(action::Finish{code, failed, outcome_, failures_, std::move(reason), signal_});
+}
+
+void Agent::advance(std::vector<Action>* out) {
+  if (phase_ == Phase::kStopping) {
+    if (!all_workers_gone()) return;
+    if (stop_reason_ == StopReason::kSignal) {
+      finish(128 + signal_, true, out, signal_name(signal_) + " received");
+      return;
+    }
+    if (stop_reason_ == StopReason::kFatal) {
+      finish(1, true, out, fatal_reason_);
+      return;
+    }
+    if (!outcome_) return;  // our failure report is on its way to the store
+  } else if (phase_ == Phase::kAwaitingOutcome) {
+    if (!outcome_) return;
+    if (outcome_->kind == Outcome::kSucceeded) {
+      finish(0, false, out);
+      return;
+    }
+  } else {
+    return;
+  }
+  // The round failed (here or elsewhere), changes membership, or was aborted elsewhere.
+  bool again = outcome_->kind == Outcome::kRescale ||
+               (outcome_->kind == Outcome::kFailed && outcome_->restarts <= options_.max_restarts);
+  if (again) {
+    phase_ = Phase::kRendezvous;
+    out->push_back(action::Rendezvous{round_});
+    return;
+  }
+  finish(1, true, out);
+}
+
+}  // namespace cohort::launch

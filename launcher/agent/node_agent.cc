@@ -1,0 +1,593 @@
+#include "agent/node_agent.h"
+
+#include "cohort/base/metrics_endpoint.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <asio/post.hpp>
+#include <sstream>
+
+#include "cohort/base/logging.h"
+#include "cohort/error.h"
+#include "workers/descendants.h"
+#include "rdzv/elastic_job.h"
+#include "failure/error_file.h"
+#include "failure/failure_report.h"
+#include "gpu/gpu_preflight.h"
+#include "rdzv/static_job.h"
+#include "workers/worker_specs.h"
+
+namespace cohort::launch {
+namespace {
+
+using namespace std::chrono_literals;
+
+// How long a job stopped by a signal or a fatal error waits for its abort to reach the store
+// before it exits anyway: cohortrun is gone within the workers' grace plus this.
+constexpr auto kAbortGrace = 800ms;
+
+// "python3 (/usr/bin/python3, found on PATH)" or "PYTHON_EXEC=/opt/venv/bin/python".
+std::string describe_interpreter(const std::string& interpreter, const EnvMap& env) {
+  if (auto it = env.find("PYTHON_EXEC"); it != env.end() && it->second == interpreter)
+    return "PYTHON_EXEC=" + interpreter;
+  if (interpreter.find('/') != std::string::npos) return interpreter;
+  auto path = env.find("PATH");
+  if (path != env.end()) {
+    std::stringstream ss(path->second);
+    for (std::string dir; std::getline(ss, dir, ':');) {
+      const std::string candidate = dir + "/" + interpreter;
+      if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0)
+        return interpreter + " (" + candidate + ", the first on PATH)";
+    }
+  }
+  return interpreter + " (not found on PATH)";
+}
+
+}  // namespace
+
+NodeAgent::NodeAgent(JobPlan plan, EnvMap env, NodeAgentDeps deps)
+    : plan_(std::move(plan)),
+      env_(std::move(env)),
+      deps_(std::move(deps)),
+      own_io_(deps_.io ? nullptr : std::make_unique<asio::io_context>()),
+      io_(deps_.io ? *deps_.io : *own_io_),
+      own_clock_(deps_.clock ? nullptr : make_asio_loop_clock(io_)),
+      clock_(deps_.clock ? *deps_.clock : *own_clock_),
+      own_spawner_(deps_.spawner ? nullptr : std::make_unique<PosixSpawner>()),
+      spawner_(deps_.spawner ? *deps_.spawner : *own_spawner_),
+      own_console_(deps_.out && deps_.err ? nullptr : std::make_unique<Console>(io_)),
+      out_(deps_.out ? deps_.out : &own_console_->out),
+      err_(deps_.err ? deps_.err : &own_console_->err),
+      log_(private_logger("cohortrun", console_log_sink(*err_), "warning")),
+      signals_(io_),
+      agent_(AgentOptions{plan_.config.max_restarts, plan_.config.term_timeout}),
+      events_(plan_.config.event_log_handler == "console" ? err_ : nullptr,
+              EventContext{plan_.run_id, plan_.config.role, plan_.host,
+                           plan_.config.rdzv_backend == RdzvBackend::kStatic ? "static"
+                           : plan_.config.rdzv_backend == RdzvBackend::kEtcd ? "etcd"
+                                                                             : "c10d",
+                           plan_.command.title, plan_.config.max_restarts}),
+      stop_timer_(clock_.make_timer()),
+      finish_timer_(clock_.make_timer()),
+      wait_timer_(clock_.make_timer()),
+      progress_timer_(clock_.make_timer()) {}
+
+NodeAgent::~NodeAgent() {
+  std::error_code ignored;
+  signals_.cancel(ignored);
+  group_.reset();
+  rdzv_.reset();
+  // The workers are gone: nobody needs the token file any more.
+  if (!plan_.store_token_file.empty()) ::unlink(plan_.store_token_file.c_str());
+}
+
+std::unique_ptr<JobRendezvous> NodeAgent::make_rendezvous() {
+  const LaunchConfig& c = plan_.config;
+  StoreSecurity security{c.auth_token, c.allow_unauthenticated_from};
+  if (c.rdzv_backend == RdzvBackend::kStatic) {
+    StaticJobSettings s;
+    s.nnodes = c.max_nodes;
+    s.node_rank = c.node_rank;
+    s.master_addr = c.master_addr;
+    s.master_port = c.master_port;
+    bool port_given = c.master_port_given;
+    if (!c.rdzv_endpoint.empty()) {
+      // torchrun: a static job's --rdzv-endpoint is node 0's store (get_rdzv_endpoint).
+      HostPort ep = parse_host_port(c.rdzv_endpoint, c.master_port);
+      s.master_addr = ep.host;
+      s.master_port = ep.port;
+      port_given = true;
+    }
+    // One node and no port asked for: a free one, so that jobs on one machine never collide.
+    if (s.nnodes == 1 && (!port_given || c.standalone)) s.master_port = 0;
+    s.timeout = c.rdzv_timeout;
+    s.security = security;
+    s.store_override = deps_.store;
+    return std::make_unique<StaticJob>(io_, clock_, plan_.run_id, std::move(s), log_);
+  }
+  ElasticJobSettings e;
+  e.store = c.rdzv_backend == RdzvBackend::kEtcd ? ElasticStore::kEtcd : ElasticStore::kCohort;
+  e.min_nodes = c.min_nodes;
+  e.max_nodes = c.max_nodes;
+  e.endpoint = c.rdzv_endpoint;
+  e.local_addr = c.local_addr;
+  e.conf = plan_.rdzv_conf;
+  e.store_loss_grace = c.store_loss_grace;
+  e.security = security;
+  e.store_override = deps_.store;
+  e.advertised_override = deps_.advertised_address;
+  return std::make_unique<ElasticJob>(io_, clock_, plan_.run_id, std::move(e), log_);
+}
+
+void NodeAgent::start() {
+  for (const auto& n : plan_.notes) log_->warn("{}", n);
+  if (deps_.real_process) {
+    ::signal(SIGPIPE, SIG_IGN);  // a console or peer that went away is an error code, not death
+    reaper_ = std::make_unique<Reaper>();  // before any thread exists
+    if (!become_child_subreaper())
+      log_->info("cannot become the child subreaper; escaped descendants are left to the reaper");
+    if (plan_.config.sweep_orphans) {
+      if (int n = sweep_orphans(); n > 0)
+        log_->warn("killed {} process(es) left behind by earlier cohortrun agents", n);
+    }
+    for (int sig : plan_.stop_signals) signals_.add(sig);
+    // Notices (Slurm's preemption warning, a checkpoint request) are forwarded, never fatal.
+    for (int sig : {SIGUSR1, SIGUSR2}) {
+      std::error_code ec;
+      signals_.add(sig, ec);
+    }
+    signals_.add(SIGCHLD);  // strays handed over to the subreaper must be reaped
+    wait_for_signals();
+    // After the sweep: what earlier agents left on the GPUs is gone before the pre-flight.
+    gpu_ = std::make_unique<GpuMonitor>(
+        GpuMonitorOptions::from_env(env_, plan_.config.nproc_per_node, plan_.nproc,
+                                    plan_.config.gpu_preflight),
+        log_);
+    gpu_->start();
+    if (plan_.config.gpu_preflight) run_gpu_preflight(*gpu_, plan_.host, *log_);
+  }
+  start_file_timer();
+  rdzv_ = make_rendezvous();
+  if (deps_.real_process) start_observer();
+  handle(agent_.start());
+}
+
+void NodeAgent::start_observer() {
+  NodeObserverOptions o;
+  o.run_id = plan_.run_id;
+  o.host = plan_.host;
+  o.metrics = metrics_address(plan_.config.metrics_addr, plan_.config.metrics_port, "0.0.0.0");
+  o.straggler_factor = plan_.config.straggler_factor;
+  o.straggler_window = plan_.config.straggler_window;
+  if (plan_.config.rdzv_backend == RdzvBackend::kEtcd) o.publish_interval = 5000ms;
+  observer_ = std::make_unique<NodeObserver>(io_, clock_, std::move(o), gpu_.get(), log_,
+                                             [this] { return observed(); });
+}
+
+AgentView NodeAgent::observed() const {
+  static constexpr const char* kPhases[] = {"starting",  "rendezvous", "running",
+                                            "finishing", "stopping",   "done"};
+  AgentView v;
+  v.phase = kPhases[static_cast<int>(agent_.phase())];
+  v.running = agent_.phase() == Agent::Phase::kRunning && group_ != nullptr;
+  v.round = assignment_.round;
+  v.restarts = agent_.restart_count();
+  v.max_restarts = plan_.config.max_restarts;
+  v.node_rank = assignment_.node_rank;
+  v.nnodes = assignment_.nnodes;
+  v.base_rank = assignment_.base_rank;
+  v.group = group_.get();
+  v.rdzv = rdzv_.get();
+  return v;
+}
+
+void NodeAgent::start_file_timer() {
+  const std::string path = file_timer_path(env_);
+  if (path.empty()) return;
+  try {
+    file_timer_ = std::make_unique<FileTimerServer>(
+        io_, path, log_, [this](pid_t pid, const std::string& scope, int sig) {
+          if (group_ && group_->signal_for_expired_timer(pid, scope, sig)) {
+            log_->warn("file timer '{}' of pid {} expired: sent it {}", scope, pid,
+                       signal_name(sig));
+          } else {
+            log_->warn(
+                "file timer '{}' of pid {} expired, but that is no worker of this node: "
+                "left alone",
+                scope, pid);
+          }
+        });
+  } catch (const IoError& e) {
+    throw UsageError(std::string(e.what()) +
+                     "; set TORCHELASTIC_TIMER_FILE to a path in a writable folder, or unset "
+                     "TORCHELASTIC_ENABLE_FILE_TIMER");
+  }
+  env_["TORCHELASTIC_TIMER_FILE"] = path;  // the workers' FileTimerClient writes there
+  log_->info("file timer: workers' timers are read from {}", path);
+}
+
+int NodeAgent::run() {
+  start();
+  while (!stopped_ && io_.run_one() > 0) {
+  }
+  return exit_code_;
+}
+
+void NodeAgent::wait_for_signals() {
+  signals_.async_wait([this](std::error_code ec, int sig) {
+    if (ec || stopped_) return;
+    on_signal(sig);
+    wait_for_signals();
+  });
+}
+
+void NodeAgent::signal(int sig) {
+  asio::post(io_, [this, sig] {
+    if (!stopped_) on_signal(sig);
+  });
+}
+
+void NodeAgent::on_signal(int sig) {
+  if (sig == SIGCHLD) {
+    reap_stray_zombies(keep_pids());
+    return;
+  }
+  // SIGUSR1/SIGUSR2 are notices (Slurm's preemption warning, a checkpoint request), passed on
+  // even when --signals-to-handle names them.
+  const bool stops = sig != SIGUSR1 && sig != SIGUSR2 &&
+                     std::find(plan_.stop_signals.begin(), plan_.stop_signals.end(), sig) !=
+                         plan_.stop_signals.end();
+  if (!stops) {
+    log_->warn("received {}: forwarding it to the workers", signal_name(sig));
+    if (group_) group_->signal(sig);
+    return;
+  }
+  if (finishing_) {
+    // The job is over and only the summary or the exit barrier remain: leave now.
+    log_->warn("received {} while finishing: exiting", signal_name(sig));
+    shut_down();
+    return;
+  }
+  log_->warn("received {}: stopping the workers", signal_name(sig));
+  handle(agent_.on_signal(sig));
+}
+
+std::set<pid_t> NodeAgent::keep_pids() const {
+  std::set<pid_t> keep;
+  if (group_)
+    for (pid_t p : group_->running_pids()) keep.insert(p);
+  if (reaper_ && reaper_->pid() > 0) keep.insert(reaper_->pid());
+  if (rdzv_ && rdzv_->store_process() > 0) keep.insert(rdzv_->store_process());
+  return keep;
+}
+
+std::function<void(std::exception_ptr)> NodeAgent::fatal_on_error(std::string what) {
+  return [this, what](std::exception_ptr err) {
+    if (err && !stopped_) handle(agent_.on_fatal(what + " failed: " + describe(err)));
+  };
+}
+
+void NodeAgent::handle(std::vector<Action> actions) {
+  for (auto& a : actions) {
+    if (stopped_) return;
+    std::visit(
+        [&](auto& act) {
+          using T = std::decay_t<decltype(act)>;
+          if constexpr (std::is_same_v<T, action::Rendezvous>) {
+            rendezvous(act.after_round);
+          } else if constexpr (std::is_same_v<T, action::StartWorkers>) {
+            start_workers(act.assignment, act.previous);
+          } else if constexpr (std::is_same_v<T, action::StopWorkers>) {
+            stop_workers(act.signal, act.grace);
+          } else if constexpr (std::is_same_v<T, action::KillWorkers>) {
+            kill_workers();
+          } else if constexpr (std::is_same_v<T, action::PublishFailure>) {
+            rdzv_->stop_keep_alive();
+            rdzv_->publish_failure(act.round, assignment_.node_rank, act.restart_count,
+                                   act.failures, fatal_on_error("publishing the failure"));
+          } else if constexpr (std::is_same_v<T, action::PublishSuccess>) {
+            rdzv_->publish_success(act.round, assignment_.node_rank, assignment_.nnodes,
+                                   fatal_on_error("publishing success"));
+            bound_the_others(act.round);
+          } else if constexpr (std::is_same_v<T, action::PublishAbort>) {
+            rdzv_->stop_keep_alive();
+            abort_pending_ = true;
+            rdzv_->publish_abort(act.round, assignment_.node_rank, act.detail,
+                                 [this](std::exception_ptr) {
+                                   abort_pending_ = false;
+                                   // Stopped here and only waiting for the abort to land: go.
+                                   if (leaving_) shut_down();
+                                 });
+          } else if constexpr (std::is_same_v<T, action::Finish>) {
+            finish(act);
+          }
+        },
+        a);
+  }
+}
+
+void NodeAgent::rendezvous(int after_round) {
+  rdzv_->stop_keep_alive();
+  if (after_round >= 0) log_->warn("re-forming the worker group after round {}", after_round);
+  NodeInfo self;
+  self.node_rank = plan_.config.node_rank;
+  self.nproc = plan_.nproc;
+  self.host = plan_.host;
+  self.pid = static_cast<int>(::getpid());
+  // What every node of the job must agree on; the rendezvous refuses a mismatch.
+  const LaunchConfig& c = plan_.config;
+  auto secs = [](std::chrono::milliseconds d) { return std::to_string(d.count() / 1000.0); };
+  self.settings = {
+      {"--max-restarts", std::to_string(c.max_restarts)},
+      {"--nnodes", std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes)},
+      {"--worker-hang-timeout", secs(c.worker_hang_timeout)},
+      {"--timeout", c.collective_timeout.empty() ? "default" : c.collective_timeout},
+      {"--wait-after-first-exit", secs(wait_after_first_exit())},
+      {"--role", c.role},
+      {"the entry point", plan_.command.title},
+  };
+  join_started_ = clock_.now();
+  report_progress();
+  rdzv_->join(after_round, self, [this](std::exception_ptr err, RankAssignment a) {
+    progress_timer_->cancel();
+    if (stopped_) return;
+    if (err) {
+      handle(agent_.on_fatal(describe(err)));
+      return;
+    }
+    rdzv_->watch_outcome(
+        a.round,
+        [this, round = a.round](Outcome o) {
+          if (o.kind != Outcome::kSucceeded && o.node_rank != assignment_.node_rank) {
+            log_->warn("round {} ended on node {}: {}", round, o.node_rank,
+                       o.detail.empty() ? "failed" : o.detail);
+          }
+          handle(agent_.on_outcome(round, o));
+        },
+        [this](std::string e) {
+          if (!finishing_ && !stopped_) handle(agent_.on_fatal("lost the store: " + e));
+        });
+    handle(agent_.on_rendezvous_done(a));
+  });
+}
+
+void NodeAgent::report_progress() {
+  progress_timer_->start(10s, [this] {
+    const LaunchConfig& c = plan_.config;
+    const bool elastic = c.rdzv_backend != RdzvBackend::kStatic;
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::seconds>(clock_.now() - join_started_);
+    const auto limit = std::chrono::duration_cast<std::chrono::seconds>(
+        elastic ? plan_.rdzv_conf.join_timeout : c.rdzv_timeout);
+    const std::string store =
+        elastic ? c.rdzv_endpoint
+                : (c.node_rank == 0 ? "this node" : format_host_port(c.master_addr, c.master_port));
+    log_->warn(
+        "still waiting for the rendezvous after {} s ({} s left): {} node(s) expected, the "
+        "store at {}",
+        waited.count(), std::max<long>(0, (limit - waited).count()),
+        elastic ? std::to_string(c.min_nodes) + " to " + std::to_string(c.max_nodes)
+                : std::to_string(c.max_nodes),
+        store);
+    report_progress();
+  });
+}
+
+void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outcome>& previous) {
+  assignment_ = a;
+  group_.reset();
+  if (observer_) observer_->new_round();
+  if (deps_.real_process) {
+    if (int n = kill_stray_children(keep_pids(), 1000ms); n > 0)
+      log_->warn("killed {} process(es) the last group's workers left behind", n);
+  }
+  if (a.restart_count > 0 || a.round > 0) {
+    log_->warn(
+        "starting the worker group: round {}, restart {} of at most {}, {} node(s), world "
+        "size {}",
+        a.round, a.restart_count, plan_.config.max_restarts, a.nnodes, a.world_size);
+  }
+  log_->info("starting {} workers (round {}, restart {}): ranks {}..{} of {}, {} node(s)",
+             a.local_world_size, a.round, a.restart_count, a.base_rank,
+             a.base_rank + a.local_world_size - 1, a.world_size, a.nnodes);
+  GroupSpec spec;
+  try {
+    spec =
+        make_group_spec(plan_, env_, a, rdzv_->worker_store(a), agent_id(), previous, *out_, *err_);
+  } catch (const std::exception& e) {
+    handle(agent_.on_fatal(std::string("cannot prepare the workers: ") + e.what()));
+    return;
+  }
+  if (gpu_) gpu_->workers_started();
+  WorkerGroupEvents events;
+  events.exited = [this](int lr, std::optional<WorkerFailure> f) {
+    if (f && gpu_) f->gpu = gpu_->failure_note(lr);
+    events_.worker(f ? "FAILED" : "SUCCEEDED", assignment_.node_rank, assignment_.nnodes, lr,
+                   assignment_.base_rank + lr, assignment_.world_size,
+                   static_cast<size_t>(lr) < worker_pids_.size() ? worker_pids_[lr] : 0,
+                   f ? std::optional<int>(f->exit_code) : std::optional<int>(0),
+                   assignment_.restart_count, f ? f->message : std::string());
+    if (f) {
+      if (agent_.phase() == Agent::Phase::kRunning) {
+        log_->warn("local rank {} (rank {}, pid {}) {}", lr, f->global_rank, f->pid, f->reason);
+      } else {
+        log_->info("local rank {} (pid {}) stopped: {}", lr, f->pid, f->reason);
+      }
+    }
+    handle(agent_.on_worker_exited(lr, std::move(f)));
+  };
+  events.hung = [this](int lr, WorkerFailure f) {
+    if (gpu_) f.gpu = gpu_->failure_note(lr);
+    log_->warn("local rank {} (pid {}) is {}", lr, f.pid, f.reason);
+    handle(agent_.on_worker_hung(lr, std::move(f)));
+  };
+  events.wedged = [this](int lr, WorkerFailure f) {
+    log_->error("local rank {} (pid {}) is {}", lr, f.pid, f.reason);
+    handle(agent_.on_worker_wedged(lr, std::move(f)));
+  };
+  if (reaper_) {
+    events.started = [this](pid_t pid) { reaper_->watch(pid); };
+    events.reaped = [this](pid_t pid) {
+      reaper_->forget(pid);
+      if (file_timer_) file_timer_->forget(pid);
+    };
+  }
+  group_ = std::make_unique<WorkerGroup>(io_, clock_, spawner_, std::move(spec), std::move(events));
+  rdzv_->start_keep_alive(a, [this](std::string why) {
+    if (!stopped_) handle(agent_.on_fatal(why));
+  });
+  group_->start();
+  worker_pids_ = group_->running_pids();
+  int lr = 0;
+  for (pid_t pid : worker_pids_) {
+    events_.worker("START", a.node_rank, a.nnodes, lr, a.base_rank + lr, a.world_size, pid,
+                   std::nullopt, a.restart_count);
+    ++lr;
+  }
+}
+
+std::chrono::milliseconds NodeAgent::wait_after_first_exit() const {
+  return plan_.config.wait_after_first_exit.value_or(plan_.config.exit_barrier_timeout);
+}
+
+void NodeAgent::bound_the_others(int round) {
+  const auto bound = wait_after_first_exit();
+  if (assignment_.nnodes < 2 || bound.count() == 0) return;
+  // srun -W: the others get `bound` to finish too; then the job is stopped everywhere.
+  wait_timer_->start(bound, [this, round, bound] {
+    if (agent_.phase() != Agent::Phase::kAwaitingOutcome || agent_.round() != round) return;
+    const std::string detail = "other nodes still ran " +
+                               std::to_string(bound.count() / 1000.0).substr(0, 4) +
+                               " s after node " + std::to_string(assignment_.node_rank) +
+                               "'s workers had all finished (--wait-after-first-exit)";
+    log_->warn("{}: stopping the job", detail);
+    rdzv_->publish_abort(round, assignment_.node_rank, detail, [](std::exception_ptr) {});
+  });
+}
+
+void NodeAgent::stop_workers(int sig, std::chrono::milliseconds grace) {
+  if (group_) group_->signal(sig);
+  stop_timer_->start(grace, [this] { handle(agent_.on_stop_deadline()); });
+}
+
+void NodeAgent::kill_workers() {
+  if (!group_) return;
+  group_->signal(SIGKILL);
+  stop_timer_->start(kUnkillableGrace, [this] {
+    if (group_ && group_->any_running()) {
+      std::string pids;
+      for (pid_t p : group_->running_pids()) pids += (pids.empty() ? "" : ", ") + std::to_string(p);
+      log_->error(
+          "worker process {} still there {} s after SIGKILL (stuck in the kernel, "
+          "uninterruptible): "
+          "leaving it behind",
+          pids, kUnkillableGrace.count() / 1000);
+    }
+    handle(agent_.on_kill_deadline());
+  });
+}
+
+void NodeAgent::finish(const action::Finish& f) {
+  finishing_ = true;
+  exit_code_ = f.exit_code;
+  stop_timer_->cancel();
+  wait_timer_->cancel();
+  rdzv_->stop_keep_alive();
+  if (!f.failed) {
+    log_->info("all {} workers of node {} succeeded", assignment_.local_world_size,
+               assignment_.node_rank);
+  }
+  events_.agent(f.failed ? "FAILED" : "SUCCEEDED", assignment_.node_rank, assignment_.nnodes,
+                agent_.restart_count(), f.reason);
+  if (f.signal != 0 || !f.reason.empty()) {
+    // Stopped here (a signal, a lost store): the store may be unreachable or busy with a call
+    // that will not return; say what is known and go, after a moment for the abort to land.
+    report(f, f.local_failures);
+    if (!abort_pending_) {
+      shut_down();
+      return;
+    }
+    leaving_ = true;
+    finish_timer_->start(std::chrono::duration_cast<std::chrono::milliseconds>(kAbortGrace),
+                         [this] { shut_down(); });
+    return;
+  }
+  auto after_report = [this] {
+    // The agent hosting the store keeps it up until every node has read the outcome.
+    finish_timer_->start(plan_.config.exit_barrier_timeout + 5s, [this] { shut_down(); });
+    rdzv_->exit_barrier(agent_.round(), assignment_.nnodes, plan_.config.exit_barrier_timeout,
+                        [this](std::exception_ptr) { shut_down(); });
+  };
+  const bool consult = f.failed && !(f.outcome && f.outcome->kind == Outcome::kAborted) &&
+                       (f.outcome || !f.local_failures.empty());
+  if (!consult) {
+    if (f.failed) report(f, {});
+    after_report();
+    return;
+  }
+  rdzv_->collect_failures(
+      agent_.round(), assignment_.nnodes,
+      [this, f, after_report](std::exception_ptr err, std::vector<WorkerFailure> all) {
+        if (stopped_) return;
+        if (err || all.empty()) all = f.local_failures;
+        report(f, std::move(all));
+        after_report();
+      });
+}
+
+void NodeAgent::report(const action::Finish& f, std::vector<WorkerFailure> failures) {
+  if (failures.empty()) {
+    std::string why = !f.reason.empty()                         ? f.reason
+                      : f.outcome && !f.outcome->detail.empty() ? f.outcome->detail
+                                                                : std::string();
+    err_->write_blocking("cohortrun: the job was stopped" + (why.empty() ? "" : ": " + why) + "\n",
+                         2s);
+    return;
+  }
+  std::string text = format_failure_report(plan_.command.title, failures, assignment_.world_size);
+  // A missing module usually means the wrong interpreter: say which one ran.
+  const bool missing_module = std::any_of(failures.begin(), failures.end(), [](const auto& w) {
+    return w.traceback.find("ModuleNotFoundError") != std::string::npos ||
+           w.message.find("ModuleNotFoundError") != std::string::npos;
+  });
+  if (missing_module && !plan_.command.interpreter.empty()) {
+    text += "cohortrun: the workers ran under " +
+            describe_interpreter(plan_.command.interpreter, env_) +
+            "; set PYTHON_EXEC to the Python that has the module (or start cohortrun as `python "
+            "-m cohort.run` from that environment)\n";
+  }
+  err_->write_blocking(text, 2s);
+  auto parent = env_.find("TORCHELASTIC_ERROR_FILE");
+  if (parent != env_.end() && !parent->second.empty()) {
+    auto first =
+        *std::min_element(failures.begin(), failures.end(),
+                          [](const auto& a, const auto& b) { return a.timestamp < b.timestamp; });
+    std::optional<ErrorFileContent> child;
+    if (!first.error_file.empty()) child = read_error_file(first.error_file);
+    write_parent_error_file(parent->second, child, first.message, first.exit_code);
+  }
+}
+
+void NodeAgent::shut_down() {
+  if (stopped_) return;
+  stopped_ = true;
+  stop_timer_->cancel();
+  finish_timer_->cancel();
+  wait_timer_->cancel();
+  progress_timer_->cancel();
+  std::error_code ignored;
+  signals_.cancel(ignored);
+  observer_.reset();  // before what it reads
+  group_.reset();
+  if (deps_.real_process) kill_stray_children(keep_pids(), 1000ms);
+  rdzv_.reset();  // interrupts a store call still blocked, joins the store threads
+  // What the console has not taken yet, within a bound: a console nobody reads cannot hold
+  // cohortrun back.
+  out_->write_blocking("", 500ms);
+  err_->write_blocking("", 500ms);
+}
+
+}  // namespace cohort::launch

@@ -1,0 +1,138 @@
+// NodeAgent: cohortrun on one node, wired together. It owns the loop's parts and connects them:
+// the Agent (agent.h, the only state machine) decides; the JobRendezvous (static or elastic)
+// talks to the store; the WorkerGroup of the current round runs the workers; the console writes
+// without blocking; signals, timers and store replies become the Agent's events, and its actions
+// are carried out here. Every way the job ends passes through the Agent's Finish action, which
+// prints the summary.
+//
+// Launcher (cohort/launch/launcher.h) runs one for real. Tests build one with NodeAgentDeps: a
+// fake ProcessSpawner, a manual clock, an in-process store and their own loop, so that whole
+// lifecycles (several nodes over one store) run in milliseconds without processes.
+//
+// Thread safety: the loop's thread only.
+#pragma once
+
+#include <asio/io_context.hpp>
+#include <asio/signal_set.hpp>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "agent/agent.h"
+#include "cohort/base/environment.h"
+#include "loop/console.h"
+#include "failure/event_log.h"
+#include "workers/file_timer.h"
+#include "gpu/gpu_monitor.h"
+#include "plan/job_plan.h"
+#include "rdzv/job_rendezvous.h"
+#include "loop/loop_clock.h"
+#include "observe/node_observer.h"
+#include "workers/process_spawner.h"
+#include "workers/reaper.h"
+#include "workers/worker_group.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace cohort::launch {
+
+struct NodeAgentDeps {
+  asio::io_context* io = nullptr;     // null: its own loop, run by run()
+  LoopClock* clock = nullptr;         // null: Asio's timers
+  ProcessSpawner* spawner = nullptr;  // null: PosixSpawner
+  StoreBridge::StoreFactory store;    // tests: an in-process store; nothing is hosted
+  std::string advertised_address;     // tests: what an elastic node advertises
+  bool real_process = true;  // signal handlers, reaper, subreaper, orphan sweep, SIGPIPE ignored
+  ConsoleStream* out = nullptr;  // null: cohortrun's stdout and stderr
+  ConsoleStream* err = nullptr;
+};
+
+class NodeAgent {
+ public:
+  NodeAgent(JobPlan plan, EnvMap env, NodeAgentDeps deps = {});
+  ~NodeAgent();
+  NodeAgent(const NodeAgent&) = delete;
+  NodeAgent& operator=(const NodeAgent&) = delete;
+
+  // Sets up (store, rendezvous) and starts the Agent. Throws UsageError for a configuration that
+  // cannot work here (an endpoint, an address) and Error when the store cannot be hosted.
+  void start();
+  // start(), then runs its own loop until the job is over; returns the exit status (0, 1, 128+N).
+  int run();
+
+  bool done() const { return stopped_; }
+  int exit_code() const { return exit_code_; }
+  // As if cohortrun received `sig` (tests; real signals arrive through the signal set).
+  void signal(int sig);
+  const Agent& agent() const { return agent_; }
+  const JobRendezvous* rendezvous() const { return rdzv_.get(); }
+
+ private:
+  void handle(std::vector<Action> actions);
+  void rendezvous(int after_round);
+  void start_workers(const RankAssignment& a, const std::optional<Outcome>& previous);
+  void stop_workers(int sig, std::chrono::milliseconds grace);
+  // SIGKILL to every worker; those still running kUnkillableGrace later are given up on.
+  void kill_workers();
+  static constexpr std::chrono::milliseconds kUnkillableGrace{5000};
+  void finish(const action::Finish& f);
+  void report(const action::Finish& f, std::vector<WorkerFailure> failures);
+  void shut_down();
+  void wait_for_signals();
+  void on_signal(int sig);
+  // A store call's error handler: the job cannot go on without it.
+  std::function<void(std::exception_ptr)> fatal_on_error(std::string what);
+  std::set<pid_t> keep_pids() const;
+  std::chrono::milliseconds wait_after_first_exit() const;
+  // This node is done: bounds how long the others may still run.
+  void bound_the_others(int round);
+  // Says every 10 s that a rendezvous is still pending, and for how much longer it may be.
+  void report_progress();
+  std::unique_ptr<JobRendezvous> make_rendezvous();
+  // TORCHELASTIC_ENABLE_FILE_TIMER=1: serves the workers' FileTimerClients (file_timer.h).
+  void start_file_timer();
+  // The status records, the straggler check and the metrics endpoint (node_observer.h).
+  void start_observer();
+
+  JobPlan plan_;
+  EnvMap env_;
+  NodeAgentDeps deps_;
+  std::unique_ptr<asio::io_context> own_io_;
+  asio::io_context& io_;
+  std::unique_ptr<LoopClock> own_clock_;
+  LoopClock& clock_;
+  std::unique_ptr<ProcessSpawner> own_spawner_;
+  ProcessSpawner& spawner_;
+  std::unique_ptr<Console> own_console_;
+  ConsoleStream* out_;
+  ConsoleStream* err_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::unique_ptr<Reaper> reaper_;
+  asio::signal_set signals_;
+  Agent agent_;
+  std::unique_ptr<JobRendezvous> rdzv_;
+  std::unique_ptr<WorkerGroup> group_;
+  std::unique_ptr<FileTimerServer> file_timer_;
+  std::unique_ptr<GpuMonitor> gpu_;  // real processes only: NVML, or one line saying it is off
+  RankAssignment assignment_;
+  EventLog events_;
+  std::vector<pid_t> worker_pids_;  // this round's, by local rank
+  std::unique_ptr<LoopTimer> stop_timer_;
+  std::unique_ptr<LoopTimer> finish_timer_;
+  std::unique_ptr<LoopTimer> wait_timer_;      // --wait-after-first-exit
+  std::unique_ptr<LoopTimer> progress_timer_;  // lines while a rendezvous is pending
+  Clock::time_point join_started_;
+  bool finishing_ = false;      // the Agent said Finish; summary and barrier under way
+  bool abort_pending_ = false;  // an abort is on its way to the store
+  bool leaving_ = false;        // stopped here: exit once the abort landed (or its grace ended)
+  bool stopped_ = false;
+  int exit_code_ = 0;
+  // Last: it reads the group, the rendezvous and the GPU monitor above (real processes only).
+  std::unique_ptr<NodeObserver> observer_;
+  AgentView observed() const;
+};
+
+}  // namespace cohort::launch

@@ -1,0 +1,235 @@
+#include "ctl/job_status.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "cohort/error.h"
+#include "rdzv/round_ops.h"
+
+namespace cohort::launch {
+namespace {
+
+// "12" -> 12; nullopt for anything else.
+std::optional<int> number(std::string_view s) {
+  int v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+std::vector<std::string_view> split(std::string_view s) {
+  std::vector<std::string_view> parts;
+  for (;;) {
+    size_t slash = s.find('/');
+    parts.push_back(s.substr(0, slash));
+    if (slash == std::string_view::npos) return parts;
+    s.remove_prefix(slash + 1);
+  }
+}
+
+// The values of `keys`, in one request when they are all still there; a key deleted since it
+// was listed (a job cleaning up) is left out instead of waited for.
+std::map<std::string, std::string> fetch(Store& store, const std::vector<std::string>& keys) {
+  std::map<std::string, std::string> out;
+  if (keys.empty()) return out;
+  if (store.check(keys)) {
+    auto values = store.multi_get(keys);
+    for (size_t i = 0; i < keys.size() && i < values.size(); ++i) out[keys[i]] = values[i];
+    return out;
+  }
+  for (const auto& k : keys) {
+    std::vector<std::string> one{k};
+    if (store.check(one)) out[k] = store.get(k);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string outcome_word(Outcome::Kind kind) {
+  switch (kind) {
+    case Outcome::kSucceeded:
+      return "succeeded";
+    case Outcome::kFailed:
+      return "failed";
+    case Outcome::kAborted:
+      return "aborted";
+    case Outcome::kRescale:
+      return "rescale";
+  }
+  return "unknown";
+}
+
+std::map<std::string, std::vector<std::string>> group_jobs(const std::vector<std::string>& keys) {
+  static const std::string kRoot = "cohort/";
+  std::map<std::string, std::vector<std::string>> jobs;
+  for (const auto& k : keys) {
+    if (k.compare(0, kRoot.size(), kRoot) != 0) continue;
+    size_t slash = k.find('/', kRoot.size());
+    if (slash == std::string::npos || slash == kRoot.size()) continue;
+    jobs[k.substr(kRoot.size(), slash - kRoot.size())].push_back(k.substr(slash + 1));
+  }
+  return jobs;
+}
+
+JobStatus read_job(Store& store, const std::string& run_id,
+                   const std::vector<std::string>& job_keys) {
+  JobStatus job;
+  job.run_id = run_id;
+  const std::string prefix = keys::run_prefix(run_id) + "/";
+
+  // Which records there are: round/<r>/node/<n>, round/<r>/outcome, round/<r>/failures/<n>,
+  // status/<n>, rdzv/current. Everything else (counters, barriers, elastic bookkeeping) is not
+  // read.
+  std::vector<std::string> wanted;
+  std::map<int, std::vector<std::string>> node_keys, failure_keys;
+  std::map<int, std::string> outcome_keys;
+  std::vector<std::string> status_keys;
+  std::string current_key;
+  for (const auto& k : job_keys) {
+    auto p = split(k);
+    const std::string full = prefix + k;
+    if (p.size() >= 3 && p[0] == "round") {
+      auto r = number(p[1]);
+      if (!r) continue;
+      job.round = std::max(job.round, *r);
+      if (p.size() == 4 && p[2] == "node" && number(p[3])) {
+        node_keys[*r].push_back(full);
+      } else if (p.size() == 3 && p[2] == "outcome") {
+        outcome_keys[*r] = full;
+      } else if (p.size() == 4 && p[2] == "failures" && number(p[3])) {
+        failure_keys[*r].push_back(full);
+      } else {
+        continue;
+      }
+      wanted.push_back(full);
+    } else if (p.size() == 2 && p[0] == "status" && number(p[1])) {
+      status_keys.push_back(full);
+      wanted.push_back(full);
+    } else if (k == "rdzv/current") {
+      current_key = full;
+      wanted.push_back(full);
+    }
+  }
+  auto values = fetch(store, wanted);
+  auto value = [&](const std::string& k) -> const std::string* {
+    auto it = values.find(k);
+    return it == values.end() ? nullptr : &it->second;
+  };
+  auto problem = [&](const std::string& k, const std::exception& e) {
+    job.problems.push_back(k + ": " + e.what());
+  };
+
+  // The elastic rendezvous names the round being formed before any node record of it exists.
+  if (const std::string* v = current_key.empty() ? nullptr : value(current_key)) {
+    if (auto r = number(*v)) job.round = std::max(job.round, *r);
+  }
+
+  // The nodes of every round (the latest's are the job's nodes; each round's give its world).
+  std::map<int, int> world_of;
+  std::map<int, std::string> max_restarts_setting;
+  for (const auto& [r, ks] : node_keys) {
+    std::vector<NodeInfo> nodes;
+    for (const auto& k : ks) {
+      const std::string* v = value(k);
+      if (!v) continue;
+      try {
+        nodes.push_back(node_info_from_json(*v));
+      } catch (const std::exception& e) {
+        problem(k, e);
+      }
+    }
+    std::sort(nodes.begin(), nodes.end(),
+              [](const NodeInfo& a, const NodeInfo& b) { return a.node_rank < b.node_rank; });
+    for (const auto& n : nodes) {
+      world_of[r] += n.nproc;
+      if (auto it = n.settings.find("--max-restarts"); it != n.settings.end())
+        max_restarts_setting[r] = it->second;
+    }
+    if (r == job.round) job.nodes = std::move(nodes);
+  }
+  job.nnodes = static_cast<int>(job.nodes.size());
+  for (const auto& n : job.nodes) job.workers += n.nproc;
+  if (!max_restarts_setting.empty()) {
+    if (auto m = number(max_restarts_setting.rbegin()->second)) job.max_restarts = *m;
+  }
+
+  // Outcomes and failures, by round.
+  std::map<int, RoundRecord> rounds;
+  for (const auto& [r, k] : outcome_keys) {
+    const std::string* v = value(k);
+    if (!v) continue;
+    try {
+      rounds[r].outcome = outcome_from_json(*v);
+    } catch (const std::exception& e) {
+      problem(k, e);
+    }
+  }
+  for (const auto& [r, ks] : failure_keys) {
+    for (const auto& k : ks) {
+      const std::string* v = value(k);
+      if (!v) continue;
+      try {
+        for (auto& f : failures_from_json(*v)) rounds[r].failures.push_back(std::move(f));
+      } catch (const std::exception& e) {
+        problem(k, e);
+      }
+    }
+  }
+  for (auto& [r, rec] : rounds) {
+    rec.round = r;
+    rec.world_size = world_of.count(r) ? world_of[r] : 0;
+    // As round_ops::collect_failures: a node lost without a report of its own (elastic) is in
+    // the outcome alone.
+    if (rec.outcome && rec.outcome->first_failure) {
+      const auto& ff = *rec.outcome->first_failure;
+      bool known = std::any_of(rec.failures.begin(), rec.failures.end(), [&](const auto& f) {
+        return f.node_rank == ff.node_rank && f.local_rank == ff.local_rank;
+      });
+      if (!known) rec.failures.push_back(ff);
+    }
+    if (rec.outcome) job.restarts = std::max(job.restarts, rec.outcome->restarts);
+    job.rounds.push_back(std::move(rec));
+  }
+
+  // What the agents say now.
+  for (const auto& k : status_keys) {
+    const std::string* v = value(k);
+    if (!v) continue;
+    try {
+      job.node_status.push_back(node_status_from_json(*v));
+    } catch (const std::exception& e) {
+      problem(k, e);
+    }
+  }
+  std::sort(job.node_status.begin(), job.node_status.end(),
+            [](const NodeStatus& a, const NodeStatus& b) { return a.node_rank < b.node_rank; });
+  const NodeStatus* lead = nullptr;  // node rank 0's, or the lowest there is
+  for (const auto& s : job.node_status) {
+    if (!lead) lead = &s;
+    job.updated = std::max(job.updated, s.updated);
+    job.restarts = std::max(job.restarts, s.restarts);
+    if (s.round > job.round) job.round = s.round;
+    if (!s.stragglers.empty()) job.stragglers = s.stragglers;
+  }
+
+  // The state: the latest round's outcome once decided; else the agents' own word.
+  std::optional<Outcome> latest;
+  if (!job.rounds.empty() && job.rounds.back().round == job.round)
+    latest = job.rounds.back().outcome;
+  if (lead) {
+    job.state = lead->state;
+    job.nnodes = std::max(job.nnodes, lead->nnodes);
+    job.max_restarts = lead->max_restarts;
+    if (job.workers == 0)
+      for (const auto& s : job.node_status) job.workers += static_cast<int>(s.workers.size());
+  } else if (job.round >= 0) {
+    job.state = job.nodes.empty() ? "rendezvous" : "running";
+  }
+  // A decided outcome of the latest round outranks the records: agents publish only while their
+  // workers run, so the last record of a finished job still says "running".
+  if (latest) job.state = outcome_word(latest->kind);
+  return job;
+}
+
+}  // namespace cohort::launch

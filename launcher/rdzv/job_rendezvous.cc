@@ -1,0 +1,104 @@
+#include "rdzv/job_rendezvous.h"
+
+#include "rdzv/round_ops.h"
+
+namespace cohort::launch {
+
+JobRendezvous::JobRendezvous(asio::io_context& io, LoopClock& clock, std::string run_id,
+                             StoreBridge::StoreFactory factory, std::shared_ptr<spdlog::logger> log)
+    : io_(io),
+      clock_(clock),
+      run_id_(std::move(run_id)),
+      log_(std::move(log)),
+      bridge_(std::make_unique<StoreBridge>(io.get_executor(), std::move(factory),
+                                            keys::run_prefix(run_id_))) {}
+
+JobRendezvous::~JobRendezvous() = default;
+
+JobRendezvous::Done JobRendezvous::unless_moved(Done done) {
+  return [this, generation = store_generation_, done = std::move(done)](std::exception_ptr err) {
+    if (err && generation != store_generation_) err = nullptr;
+    done(err);
+  };
+}
+
+void JobRendezvous::move_store(StoreBridge::StoreFactory factory) {
+  ++store_generation_;
+  // The old bridge's destructor interrupts its blocked calls; what they post back is filtered
+  // by unless_moved() (operations) or never delivered (the watch).
+  bridge_ = std::make_unique<StoreBridge>(io_.get_executor(), std::move(factory),
+                                          keys::run_prefix(run_id_));
+  if (watched_round_ >= 0) watch_outcome(watched_round_, on_outcome_, on_watch_error_);
+}
+
+void JobRendezvous::watch_outcome(int round, std::function<void(Outcome)> on_outcome,
+                                  std::function<void(std::string)> on_error) {
+  watched_round_ = round;
+  on_outcome_ = on_outcome;
+  on_watch_error_ = on_error;
+  bridge_->watch(
+      keys::outcome(round),
+      [on_outcome, on_error](std::string text) {
+        try {
+          on_outcome(outcome_from_json(text));
+        } catch (const std::exception& e) {
+          on_error(e.what());
+        }
+      },
+      std::move(on_error));
+}
+
+void JobRendezvous::publish_failure(int round, int node_rank, int restart_count,
+                                    std::vector<WorkerFailure> failures, Done done) {
+  bridge_->run(
+      [=](Store& s) { round_ops::publish_failure(s, round, node_rank, restart_count, failures); },
+      unless_moved(std::move(done)));
+}
+
+void JobRendezvous::publish_success(int round, int node_rank, int nnodes, Done done) {
+  bridge_->run([=](Store& s) { round_ops::publish_success(s, round, node_rank, nnodes); },
+               unless_moved(std::move(done)));
+}
+
+void JobRendezvous::publish_status(
+    int node_rank, int nnodes, std::string record,
+    std::function<void(std::exception_ptr, std::vector<std::string>)> done) {
+  // On a thread of its own: an elastic agent's store thread blocks in its membership watch for
+  // seconds at a time, and a status record waiting behind it would be stale when it lands.
+  auto records = std::make_shared<std::vector<std::string>>();
+  bridge_->run_status(
+      [=](Store& s) { *records = round_ops::publish_status(s, node_rank, nnodes, record); },
+      [records, done = std::move(done)](std::exception_ptr err) {
+        done(err, std::move(*records));
+      });
+}
+
+void JobRendezvous::publish_abort(int round, int node_rank, std::string detail, Done done) {
+  // Urgent: a rendezvous may still be waiting on the store thread.
+  bridge_->run_urgent(
+      [=](Store& s) {
+        Outcome o;
+        o.kind = Outcome::kAborted;
+        o.node_rank = node_rank;
+        o.detail = detail + " on node " + std::to_string(node_rank);
+        o.restarts = round_ops::restarts_after(s, round - 1);
+        round_ops::publish_outcome(s, std::max(round, 0), o);
+      },
+      unless_moved(std::move(done)));
+}
+
+void JobRendezvous::collect_failures(
+    int round, int nnodes,
+    std::function<void(std::exception_ptr, std::vector<WorkerFailure>)> done) {
+  bridge_->call<std::vector<WorkerFailure>>(
+      [=](Store& s) { return round_ops::collect_failures(s, round, nnodes); }, std::move(done));
+}
+
+void JobRendezvous::exit_barrier(int round, int nnodes, std::chrono::milliseconds timeout,
+                                 Done done) {
+  const bool wait = hosts_store() && nnodes > 1;
+  bridge_->run([=](Store& s) { round_ops::exit_barrier(s, round, nnodes, wait, timeout); },
+               unless_moved(std::move(done)));
+}
+
+}  // namespace cohort::launch

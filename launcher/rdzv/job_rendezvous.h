@@ -1,0 +1,108 @@
+// JobRendezvous: everything a node agent does through the store, behind one interface with two
+// implementations: StaticJob (static_job.h: a fixed set of node ranks, node 0 hosts the store on
+// the master port, as torchrun's static rendezvous) and ElasticJob (elastic_job.h: MIN:MAX nodes
+// through a c10d endpoint or etcd, rounds that re-form as nodes come and go, keep-alives).
+//
+// The base class does the bookkeeping both share, through a StoreBridge (store calls off the
+// loop): publishing and watching each round's outcome, failure reports, the exit barrier.
+//
+// Thread safety: the loop's thread only; callbacks run on the loop.
+#pragma once
+
+#include <sys/types.h>
+
+#include <asio/io_context.hpp>
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/base/net.h"
+#include "failure/failure.h"
+#include "loop/loop_clock.h"
+#include "rdzv/round_types.h"
+#include "rdzv/store_bridge.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace cohort::launch {
+
+class JobRendezvous {
+ public:
+  using Done = std::function<void(std::exception_ptr)>;
+
+  // `io`, `clock` must outlive it. Every key is scoped to the run ("cohort/<run_id>/").
+  JobRendezvous(asio::io_context& io, LoopClock& clock, std::string run_id,
+                StoreBridge::StoreFactory factory, std::shared_ptr<spdlog::logger> log);
+  virtual ~JobRendezvous();
+  JobRendezvous(const JobRendezvous&) = delete;
+  JobRendezvous& operator=(const JobRendezvous&) = delete;
+
+  // Where a round's workers find their store: MASTER_ADDR and MASTER_PORT.
+  virtual HostPort worker_store(const RankAssignment& a) const = 0;
+  // Joins the first complete round after `after_round`; done(error, assignment).
+  virtual void join(int after_round, NodeInfo self,
+                    std::function<void(std::exception_ptr, RankAssignment)> done) = 0;
+  // Elastic: beats every keep-alive interval and checks the round's other nodes; a lost node
+  // ends `a.round` as failed (restarts + 1). When this node itself cannot reach the store for a
+  // whole keep-alive period, `on_store_lost` runs (it is cut off: its workers must stop).
+  virtual void start_keep_alive(const RankAssignment& a,
+                                std::function<void(std::string)> on_store_lost) {
+    (void)a;
+    (void)on_store_lost;
+  }
+  virtual void stop_keep_alive() {}
+  // True when this agent hosts the store the other nodes use: it keeps it up (exit barrier)
+  // until they have read the outcome.
+  virtual bool hosts_store() const = 0;
+  // A store process this agent started and must not treat as a stray child (-1: none).
+  virtual pid_t store_process() const { return -1; }
+
+  // The outcome of `round`, once decided (replaces the previous watch).
+  void watch_outcome(int round, std::function<void(Outcome)> on_outcome,
+                     std::function<void(std::string)> on_error);
+  void publish_failure(int round, int node_rank, int restart_count,
+                       std::vector<WorkerFailure> failures, Done done);
+  void publish_success(int round, int node_rank, int nnodes, Done done);
+  void publish_abort(int round, int node_rank, std::string detail, Done done);
+  void collect_failures(int round, int nnodes,
+                        std::function<void(std::exception_ptr, std::vector<WorkerFailure>)> done);
+  // Publishes this node's status record (node_status.h); node rank 0 also gets every node's
+  // records that exist (its own included), for the straggler check.
+  void publish_status(int node_rank, int nnodes, std::string record,
+                      std::function<void(std::exception_ptr, std::vector<std::string>)> done);
+  // Counts this node out; when it hosts the store, waits up to `timeout` for the others.
+  void exit_barrier(int round, int nnodes, std::chrono::milliseconds timeout, Done done);
+
+ protected:
+  StoreBridge& bridge() { return *bridge_; }
+  // The rendezvous store moved (its host was lost and another node serves it now): every later
+  // call goes to the store `factory` makes. Calls still blocked on the old one are given up, and
+  // their errors are not reported (the round they belonged to is over); the outcome watch moves
+  // with the store.
+  void move_store(StoreBridge::StoreFactory factory);
+  // Interrupts and joins the bridge's threads. Derived classes whose members the store thread
+  // touches call it first in their destructors.
+  void stop_bridge() { bridge_.reset(); }
+  asio::io_context& io_;
+  LoopClock& clock_;
+  std::string run_id_;
+  std::shared_ptr<spdlog::logger> log_;
+
+ private:
+  // Wraps `done` so that an error from a store that has since been replaced is not reported.
+  Done unless_moved(Done done);
+
+  std::unique_ptr<StoreBridge> bridge_;
+  int store_generation_ = 0;  // move_store() calls so far
+  // The outcome watch, to re-arm on a new store.
+  int watched_round_ = -1;
+  std::function<void(Outcome)> on_outcome_;
+  std::function<void(std::string)> on_watch_error_;
+};
+
+}  // namespace cohort::launch

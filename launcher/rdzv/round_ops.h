@@ -1,0 +1,60 @@
+// The per-round bookkeeping every node agent does in the store, whichever rendezvous formed the
+// round: node records, the round's outcome (decided once, by compare_set: the first node to report
+// a failure, or the last to report success, decides it), failure reports, the success count and
+// the exit barrier. Every key lives under the run's prefix, "cohort/<run_id>/" (keys::run_prefix),
+// so co-located jobs never mix. Every function blocks; StoreBridge runs them on its thread.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cohort/rdzv/store.h"
+#include "failure/failure.h"
+#include "rdzv/round_types.h"
+
+namespace cohort::launch {
+
+// Store keys, relative to the run prefix.
+namespace keys {
+std::string run_prefix(const std::string& run_id);  // "cohort/<run_id>"
+std::string node(int round, int node_rank);
+std::string done_count(int round);
+std::string outcome(int round);
+std::string failures(int round, int node_rank);
+std::string exit_count(int round);
+std::string status(int node_rank);  // the node's NodeStatus (node_status.h), refreshed as it runs
+}  // namespace keys
+
+namespace round_ops {
+
+// Publishes `self` for `round` and waits (up to `timeout`) for the records of nodes 0..nnodes-1.
+// Throws StoreTimeoutError naming the node ranks that did not report.
+std::vector<NodeInfo> exchange_node_info(Store& store, int round, const NodeInfo& self, int nnodes,
+                                         std::chrono::milliseconds timeout);
+
+// The job's restart count after `round` ended: its outcome's count (0 before the first round).
+int restarts_after(Store& store, int round);
+
+// The outcome of `round`, if decided.
+std::optional<Outcome> outcome_of(Store& store, int round);
+
+// Stores this node's failures and tries to decide `round` as failed (restarts = restart_count+1).
+void publish_failure(Store& store, int round, int node_rank, int restart_count,
+                     const std::vector<WorkerFailure>& failures);
+// Counts this node as done; the last of `nnodes` decides `round` as succeeded.
+void publish_success(Store& store, int round, int node_rank, int nnodes);
+// Tries to decide `round` as `kind` (aborted, rescale, failed) with `detail`.
+void publish_outcome(Store& store, int round, Outcome outcome);
+// Sets this node's status record; node rank 0 gets back every node's record that exists.
+std::vector<std::string> publish_status(Store& store, int node_rank, int nnodes,
+                                        const std::string& record);
+// Every failure record nodes published for `round`.
+std::vector<WorkerFailure> collect_failures(Store& store, int round, int nnodes);
+// Counts this node out; with `wait_for_all`, waits (up to `timeout`) for all `nnodes`.
+void exit_barrier(Store& store, int round, int nnodes, bool wait_for_all,
+                  std::chrono::milliseconds timeout);
+
+}  // namespace round_ops
+}  // namespace cohort::launch

@@ -1,0 +1,76 @@
+#include "rdzv/round_types.h"
+
+#include <nlohmann/json.hpp>
+
+#include "cohort/error.h"
+#include "failure/json_text.h"
+
+namespace cohort::launch {
+
+std::string to_json(const NodeInfo& n) {
+  return json_text(nlohmann::json{{"id", n.id},
+                                  {"node_rank", n.node_rank},
+                                  {"nproc", n.nproc},
+                                  {"host", n.host},
+                                  {"pid", n.pid},
+                                  {"addr", n.addr},
+                                  {"store_port", n.store_port},
+                                  {"endpoint_store", n.endpoint_store},
+                                  {"settings", n.settings}});
+}
+
+NodeInfo node_info_from_json(const std::string& text) {
+  try {
+    auto j = nlohmann::json::parse(text);
+    NodeInfo n;
+    n.id = j.value("id", "");
+    n.node_rank = j.at("node_rank").get<int>();
+    n.nproc = j.at("nproc").get<int>();
+    n.host = j.value("host", "");
+    n.pid = j.value("pid", 0);
+    n.addr = j.value("addr", "");
+    n.store_port = j.value("store_port", 0);
+    n.endpoint_store = j.value("endpoint_store", false);
+    if (j.contains("settings"))
+      n.settings = j.at("settings").get<std::map<std::string, std::string>>();
+    if (n.nproc < 1) throw ProtocolError("nproc < 1");
+    return n;
+  } catch (const std::exception& e) {
+    throw ProtocolError("malformed node record in the store ('" + text + "'): " + e.what());
+  }
+}
+
+void check_same_settings(const std::vector<NodeInfo>& nodes) {
+  if (nodes.empty()) return;
+  const NodeInfo& first = nodes.front();
+  for (const NodeInfo& n : nodes) {
+    for (const auto& [key, value] : first.settings) {
+      auto it = n.settings.find(key);
+      const std::string theirs = it == n.settings.end() ? "(unset)" : it->second;
+      if (theirs == value) continue;
+      throw UsageError("the nodes of this job disagree on " + key + ": node " +
+                       std::to_string(first.node_rank) + " (" + first.host + ") has " + value +
+                       ", node " + std::to_string(n.node_rank) + " (" + n.host + ") has " + theirs +
+                       "; start every node with the same value");
+    }
+  }
+}
+
+RankAssignment assign_ranks(const std::vector<NodeInfo>& nodes, int node_rank, int round,
+                            int restart_count) {
+  RankAssignment a;
+  a.round = round;
+  a.restart_count = restart_count;
+  a.node_rank = node_rank;
+  a.nnodes = static_cast<int>(nodes.size());
+  a.nodes = nodes;
+  a.world_size = 0;
+  for (const auto& n : nodes) {
+    if (n.node_rank < node_rank) a.base_rank += n.nproc;
+    a.world_size += n.nproc;
+  }
+  a.local_world_size = nodes.at(static_cast<size_t>(node_rank)).nproc;
+  return a;
+}
+
+}  // namespace cohort::launch

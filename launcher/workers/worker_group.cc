@@ -1,0 +1,356 @@
+#include "workers/worker_group.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <asio/post.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "cohort/error.h"
+#include "failure/error_file.h"
+#include "workers/proc_file.h"
+
+namespace cohort::launch {
+namespace {
+
+int open_log(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+  if (fd < 0) {
+    int e = errno;
+    throw IoError("cannot open " + path + ": " + std::strerror(e), e);
+  }
+  return fd;
+}
+
+std::string in_seconds(std::chrono::milliseconds d) {
+  std::ostringstream os;
+  os << std::chrono::duration<double>(d).count() << " s";
+  return os.str();
+}
+
+// The state letter of /proc/<pid>/stat ('R', 'S', 'D', ...); '?' when it cannot be read.
+char scheduler_state(pid_t pid) {
+  const std::vector<std::string> f = proc_stat_fields(pid);  // f[0] is field 3, the state
+  return f.empty() || f[0].empty() ? '?' : f[0][0];
+}
+
+}  // namespace
+
+struct WorkerGroup::Worker {
+  Worker(asio::io_context& io, LoopClock& clock, WorkerSpec s)
+      : spec(std::move(s)),
+        pidfd(io),
+        heartbeat(io),
+        hang_timer(clock.make_timer()),
+        drain_timer(clock.make_timer()),
+        stack_timer(clock.make_timer()) {}
+
+  WorkerSpec spec;
+  pid_t pid = -1;
+  bool running = false;   // started and not reaped
+  bool reported = false;  // its exit was reported
+  bool dumping = false;   // hung: asked for its stack, not yet reported
+  bool hung_reported = false;
+  bool wedged_reported = false;
+  std::optional<Clock::time_point> uninterruptible_since;  // in D state since
+  std::string expired_timer;  // a FileTimerClient scope whose expiry killed it
+  int wait_status = 0;
+  double exit_time = 0;
+  asio::posix::stream_descriptor pidfd;
+  asio::posix::stream_descriptor heartbeat;
+  std::unique_ptr<LoopTimer> hang_timer;
+  std::unique_ptr<LoopTimer> drain_timer;
+  std::unique_ptr<LoopTimer> stack_timer;
+  std::shared_ptr<StreamPump> out_pump;
+  std::shared_ptr<StreamPump> err_pump;
+  char beat_buf[256];
+  HeartbeatStream beats;
+  std::optional<std::chrono::steady_clock::time_point> last_beat;
+
+  bool output_open() const {
+    return (out_pump && !out_pump->at_eof()) || (err_pump && !err_pump->at_eof());
+  }
+};
+
+WorkerGroup::WorkerGroup(asio::io_context& io, LoopClock& clock, ProcessSpawner& spawner,
+                         GroupSpec spec, WorkerGroupEvents events)
+    : io_(io),
+      clock_(clock),
+      spawner_(spawner),
+      spec_(std::move(spec)),
+      events_(std::move(events)),
+      state_timer_(clock.make_timer()) {}
+
+WorkerGroup::~WorkerGroup() {
+  alive_.reset();  // from here on no handler or posted event of this group does anything
+  state_timer_->cancel();
+  for (auto& w : workers_) {
+    if (w->running) {
+      // A safety net, not a stop path: the agent stops its workers first, and only a worker that
+      // outlived SIGKILL (stuck in the kernel) is still here. It is given a moment, never waited
+      // for without bound; what cannot be reaped is left to the reaper process.
+      spawner_.kill_group(w->pid, SIGKILL);
+      std::optional<int> status;
+      for (int i = 0; i < 100 && !(status = spawner_.reap_if_exited(w->pid)); ++i) ::usleep(5000);
+      if (status && events_.reaped) events_.reaped(w->pid);
+    }
+    if (w->out_pump) w->out_pump->stop();
+    if (w->err_pump) w->err_pump->stop();
+    w->hang_timer->cancel();
+    w->drain_timer->cancel();
+    w->stack_timer->cancel();
+    std::error_code ignored;
+    w->heartbeat.close(ignored);
+    w->pidfd.close(ignored);
+  }
+}
+
+void WorkerGroup::post(std::function<void()> event) {
+  asio::post(io_, [alive = std::weak_ptr<int>(alive_), event = std::move(event)] {
+    if (!alive.expired()) event();
+  });
+}
+
+FailureSite WorkerGroup::site(const Worker& w) const {
+  FailureSite s;
+  s.node_rank = spec_.node_rank;
+  s.local_rank = w.spec.local_rank;
+  s.global_rank = spec_.base_rank + w.spec.local_rank;
+  s.host = spec_.host;
+  s.pid = w.pid > 0 ? w.pid : 0;
+  return s;
+}
+
+void WorkerGroup::start() {
+  for (auto& s : spec_.workers) workers_.push_back(std::make_unique<Worker>(io_, clock_, s));
+  for (auto& w : workers_) spawn(*w);
+  if (spec_.uninterruptible_timeout.count() > 0) watch_uninterruptible();
+}
+
+void WorkerGroup::watch_uninterruptible() {
+  using std::chrono::milliseconds;
+  // Often enough to notice within a quarter of the timeout, at most once a second (torchrun
+  // looks once per --monitor-interval).
+  const milliseconds period =
+      std::clamp(spec_.uninterruptible_timeout / 4, milliseconds(50), milliseconds(1000));
+  state_timer_->start(period, [this] {
+    const auto now = clock_.now();
+    for (auto& w : workers_) {
+      if (!w->running || w->wedged_reported) continue;
+      if (scheduler_state(w->pid) != 'D') {
+        w->uninterruptible_since.reset();
+        continue;
+      }
+      if (!w->uninterruptible_since) w->uninterruptible_since = now;
+      const auto in_d = now - *w->uninterruptible_since;
+      if (in_d < spec_.uninterruptible_timeout) continue;
+      w->wedged_reported = true;
+      WorkerFailure f = make_failure(
+          site(*w), -SIGKILL,
+          "stuck in uninterruptible sleep (D state) for " +
+              in_seconds(std::chrono::duration_cast<milliseconds>(in_d)) +
+              " (TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT " +
+              in_seconds(spec_.uninterruptible_timeout) +
+              "): the job ends without a restart, since a new worker would contend for what it "
+              "holds in the kernel");
+      const int lr = w->spec.local_rank;
+      post([this, lr, f] {
+        if (events_.wedged) events_.wedged(lr, f);
+      });
+    }
+    watch_uninterruptible();
+  });
+}
+
+void WorkerGroup::spawn(Worker& w) {
+  int out_file = -1, err_file = -1;
+  try {
+    if (!w.spec.dir.empty()) std::filesystem::create_directories(w.spec.dir);
+    if (!w.spec.stdout_file.empty()) out_file = open_log(w.spec.stdout_file);
+    if (!w.spec.stderr_file.empty()) err_file = open_log(w.spec.stderr_file);
+    SpawnedProcess p = spawner_.spawn(w.spec.request);
+    w.pid = p.pid;
+    w.running = true;
+    if (events_.started) events_.started(p.pid);
+    w.pidfd.assign(p.pidfd);
+    auto eof = [this, &w, alive = std::weak_ptr<int>(alive_)] {
+      if (alive.expired()) return;
+      if (!w.running && !w.output_open()) report(w);
+    };
+    if (p.stdout_fd >= 0) {
+      PumpRoute r = w.spec.stdout_route;
+      r.file_fd = std::exchange(out_file, -1);
+      w.out_pump = StreamPump::start(io_, p.stdout_fd, std::move(r), eof);
+    }
+    if (p.stderr_fd >= 0) {
+      PumpRoute r = w.spec.stderr_route;
+      r.file_fd = std::exchange(err_file, -1);
+      w.err_pump = StreamPump::start(io_, p.stderr_fd, std::move(r), eof);
+    }
+    if (p.heartbeat_fd >= 0) {
+      w.heartbeat.assign(p.heartbeat_fd);
+      read_heartbeat(w);
+    }
+    watch_exit(w);
+  } catch (const std::exception& e) {
+    if (out_file >= 0) ::close(out_file);
+    if (err_file >= 0) ::close(err_file);
+    WorkerFailure f = make_failure(site(w), 1, std::string("could not start: ") + e.what());
+    w.reported = true;
+    const int lr = w.spec.local_rank;
+    post([this, lr, f] {
+      if (events_.exited) events_.exited(lr, f);
+    });
+  }
+}
+
+void WorkerGroup::watch_exit(Worker& w) {
+  w.pidfd.async_wait(asio::posix::stream_descriptor::wait_read,
+                     [this, &w, alive = std::weak_ptr<int>(alive_)](std::error_code ec) {
+                       if (ec || alive.expired()) return;
+                       on_exit(w);
+                     });
+}
+
+void WorkerGroup::read_heartbeat(Worker& w) {
+  w.heartbeat.async_read_some(
+      asio::buffer(w.beat_buf),
+      [this, &w, alive = std::weak_ptr<int>(alive_)](std::error_code ec, size_t n) {
+        if (ec || alive.expired()) return;  // the worker is gone, or so is the group
+        if (w.beats.feed(std::string_view(w.beat_buf, n)))
+          w.last_beat = std::chrono::steady_clock::now();
+        if (spec_.hang_timeout.count() > 0 && w.running) {
+          w.hang_timer->start(spec_.hang_timeout, [this, &w] {
+            if (!w.running || w.dumping) return;
+            // Its stack first: the summary should show where it was stuck.
+            w.dumping = true;
+            spawner_.kill_process(w.pid, spec_.stack_signal);
+            w.stack_timer->start(spec_.stack_grace, [this, &w] { report_hung(w, std::nullopt); });
+          });
+        }
+        read_heartbeat(w);
+      });
+}
+
+std::vector<WorkerReading> WorkerGroup::readings() const {
+  std::vector<WorkerReading> out;
+  out.reserve(workers_.size());
+  for (const auto& w : workers_) {
+    out.push_back({w->spec.local_rank, w->pid, w->running, !w->running && w->wait_status != 0,
+                   w->last_beat, w->beats.last_step()});
+  }
+  return out;
+}
+
+void WorkerGroup::on_exit(Worker& w) {
+  w.wait_status = spawner_.reap(w.pid);
+  w.exit_time = wall_clock_now();
+  w.running = false;
+  w.hang_timer->cancel();
+  // Whatever the worker left in its process group goes with it.
+  spawner_.kill_group(w.pid, SIGKILL);
+  if (events_.reaped) events_.reaped(w.pid);
+  std::error_code ignored;
+  w.pidfd.close(ignored);
+  if (!w.output_open()) {
+    report(w);
+    return;
+  }
+  // Let the pipes drain, so the stderr tail is complete; a descendant that escaped the group
+  // and holds them open must not delay the report for long.
+  w.drain_timer->start(spec_.drain_grace, [this, &w] { report(w); });
+}
+
+void WorkerGroup::report_hung(Worker& w, std::optional<WorkerFailure> exit) {
+  if (w.hung_reported) return;
+  w.hung_reported = true;
+  w.stack_timer->cancel();
+  WorkerFailure f = make_failure(
+      site(w), exit ? exit->exit_code : -SIGKILL,
+      "hung: no heartbeat for " + in_seconds(spec_.hang_timeout) +
+          (exit ? " (its stack, asked for with " + signal_name(spec_.stack_signal) + ", below)"
+                : " (it did not answer " + signal_name(spec_.stack_signal) + " with its stack)"));
+  if (exit) {
+    f.error_file = exit->error_file;
+    f.traceback = exit->traceback;
+  } else if (w.err_pump) {
+    f.traceback = w.err_pump->tail().text();
+  }
+  const int lr = w.spec.local_rank;
+  post([this, lr, f] {
+    if (events_.hung) events_.hung(lr, f);
+  });
+}
+
+void WorkerGroup::report(Worker& w) {
+  if (w.reported) return;
+  w.reported = true;
+  w.drain_timer->cancel();
+  std::error_code ignored;
+  w.heartbeat.close(ignored);
+  std::optional<WorkerFailure> failure;
+  ExitDescription d = describe_exit(w.wait_status);
+  if (d.failed) {
+    WorkerFailure f = make_failure(site(w), d.exit_code, d.reason, w.exit_time);
+    if (!w.spec.error_file.empty()) {
+      if (auto ef = read_error_file(w.spec.error_file)) {
+        f.error_file = w.spec.error_file;
+        if (!ef->message.empty()) f.message = ef->message;
+        f.traceback = ef->traceback;
+        if (ef->timestamp > 0) f.timestamp = std::min(f.timestamp, ef->timestamp);
+      }
+    }
+    if (f.traceback.empty() && w.err_pump) f.traceback = w.err_pump->tail().text();
+    if (!w.expired_timer.empty()) {
+      const bool message_is_reason = f.message == f.reason;
+      f.reason = "its file timer '" + w.expired_timer + "' expired: " + f.reason;
+      if (message_is_reason) f.message = f.reason;
+    }
+    failure = std::move(f);
+  }
+  const int lr = w.spec.local_rank;
+  if (w.dumping) {
+    // It ended after the stack request: the hang is the failure; its exit is a consequence.
+    report_hung(w, failure);
+    failure.reset();
+  }
+  post([this, lr, failure] {
+    if (events_.exited) events_.exited(lr, failure);
+  });
+}
+
+bool WorkerGroup::signal_for_expired_timer(pid_t pid, const std::string& scope, int sig) {
+  const pid_t pgid = ::getpgid(pid);
+  for (auto& w : workers_) {
+    if (!w->running || (w->pid != pid && w->pid != pgid)) continue;
+    if (w->expired_timer.empty()) w->expired_timer = scope;
+    spawner_.kill_process(pid, sig);
+    return true;
+  }
+  return false;
+}
+
+void WorkerGroup::signal(int sig) {
+  for (auto& w : workers_)
+    if (w->running) spawner_.kill_group(w->pid, sig);
+}
+
+bool WorkerGroup::any_running() const {
+  for (const auto& w : workers_)
+    if (w->running) return true;
+  return false;
+}
+
+std::vector<pid_t> WorkerGroup::running_pids() const {
+  std::vector<pid_t> pids;
+  for (const auto& w : workers_)
+    if (w->running) pids.push_back(w->pid);
+  return pids;
+}
+
+}  // namespace cohort::launch

@@ -1,0 +1,141 @@
+// WorkerGroup: one round's workers on this node, and everything that reads from or waits on them.
+//
+// The group starts every worker (ProcessSpawner), owns their pidfds, output pumps, tails,
+// heartbeat pipes and hang timers, and reports what happens as events: a worker exited (with its
+// failure, built here and only here, when it failed) or hung (stopped beating for the hang
+// timeout). Events are posted to the loop, never delivered from inside a group method, so an event
+// handler may destroy the group. Nothing outlives the group: its destructor kills what still runs,
+// stops every pump and cancels every timer, and no event is delivered after it.
+//
+// A worker's exit is reported once its output has drained (so that the failure's tail is
+// complete), or after `drain_grace` when a descendant that escaped the worker's process group
+// keeps the pipes open.
+//
+// Thread safety: the loop's thread only.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <asio/io_context.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "failure/failure.h"
+#include "workers/heartbeat_stream.h"
+#include "loop/loop_clock.h"
+#include "workers/output.h"
+#include "workers/process_spawner.h"
+
+namespace cohort::launch {
+
+// One worker to start.
+struct WorkerSpec {
+  int local_rank = 0;
+  SpawnRequest request;
+  std::string dir;          // created before the worker starts ("" = none)
+  std::string error_file;   // its TORCHELASTIC_ERROR_FILE, read when it fails ("" = none)
+  PumpRoute stdout_route;   // for a piped stdout; file_fd filled from stdout_file
+  PumpRoute stderr_route;   // for a piped stderr
+  std::string stdout_file;  // log file for the stream ("" = none); opened by the group
+  std::string stderr_file;
+};
+
+struct GroupSpec {
+  int node_rank = 0;
+  int base_rank = 0;  // global rank of local rank 0
+  std::string host;
+  std::vector<WorkerSpec> workers;  // local ranks 0..n-1, in order
+  // A worker that has beaten once and then stays silent this long is hung (0: off). Before it is
+  // reported, it is asked for its stack (`stack_signal` to its main process: Python's
+  // faulthandler and libcohort's fatal-signal handler print every thread's), and given up to
+  // `stack_grace` to write it and end; the hung failure then carries that stack.
+  std::chrono::milliseconds hang_timeout{0};
+  int stack_signal = SIGABRT;
+  std::chrono::milliseconds stack_grace{3000};
+  std::chrono::milliseconds drain_grace{200};
+  // A worker whose main process stays in uninterruptible sleep (D state: a hung driver call, a
+  // dead NFS mount) this long is reported wedged (0: off). It cannot be stopped cleanly and a new
+  // worker would contend for what it holds, so the job ends without a restart, as under torchrun
+  // 2.x's TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT.
+  std::chrono::milliseconds uninterruptible_timeout{0};
+};
+
+struct WorkerGroupEvents {
+  // Worker `local_rank` exited; `failure` when it failed (non-zero exit, a signal, or it could
+  // not be started).
+  std::function<void(int local_rank, std::optional<WorkerFailure> failure)> exited;
+  // Worker `local_rank` stopped beating; it still runs.
+  std::function<void(int local_rank, WorkerFailure failure)> hung;
+  // Worker `local_rank` has been in uninterruptible sleep for the timeout; it still runs.
+  std::function<void(int local_rank, WorkerFailure failure)> wedged;
+  // A worker's process started (pid) or was reaped: for the reaper's list. Optional; called
+  // directly, not posted.
+  std::function<void(pid_t)> started;
+  std::function<void(pid_t)> reaped;
+};
+
+// What the group knows about one worker now (metrics, the node's status record).
+struct WorkerReading {
+  int local_rank = 0;
+  pid_t pid = -1;  // -1 before it started
+  bool running = false;
+  bool failed = false;  // exited and reported with a failure status
+  std::optional<std::chrono::steady_clock::time_point> last_beat;
+  std::optional<StepReport> last_step;
+};
+
+class WorkerGroup {
+ public:
+  // `io`, `clock` and `spawner` must outlive the group. Nothing starts until start().
+  WorkerGroup(asio::io_context& io, LoopClock& clock, ProcessSpawner& spawner, GroupSpec spec,
+              WorkerGroupEvents events);
+  ~WorkerGroup();
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+  // Starts every worker. One that cannot start is reported as exited with a failure.
+  void start();
+  // Sends `sig` to the process group of every worker still running.
+  void signal(int sig);
+  // True while any worker has not been reaped.
+  bool any_running() const;
+  // Pids of the workers not yet reaped.
+  std::vector<pid_t> running_pids() const;
+  // A FileTimerClient's timer (`scope`) of process `pid` expired: when `pid` is a running worker
+  // or in a worker's process group, sends it `sig` and returns true; that worker's failure then
+  // says which timer expired. False (nothing sent) for a process that is none of this group's.
+  bool signal_for_expired_timer(pid_t pid, const std::string& scope, int sig);
+  const GroupSpec& spec() const { return spec_; }
+  std::vector<WorkerReading> readings() const;
+
+ private:
+  struct Worker;
+  void spawn(Worker& w);
+  void watch_exit(Worker& w);
+  void read_heartbeat(Worker& w);
+  void on_exit(Worker& w);
+  void report(Worker& w);
+  // Looks at every running worker's scheduler state; rearms itself.
+  void watch_uninterruptible();
+  // The worker's hang, with what it said about it so far.
+  void report_hung(Worker& w, std::optional<WorkerFailure> exit);
+  FailureSite site(const Worker& w) const;
+  // Posts `event` to the loop; it runs only while the group lives.
+  void post(std::function<void()> event);
+
+  asio::io_context& io_;
+  LoopClock& clock_;
+  ProcessSpawner& spawner_;
+  GroupSpec spec_;
+  WorkerGroupEvents events_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<LoopTimer> state_timer_;                 // watch_uninterruptible()'s
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // posted work checks it
+};
+
+}  // namespace cohort::launch

@@ -1,0 +1,284 @@
+#include "server/session.h"
+
+#include <spdlog/spdlog.h>
+
+#include <asio/post.hpp>
+#include <asio/write.hpp>
+
+namespace cohort::rdzv {
+namespace {
+
+constexpr size_t kKeepWriteBuffer = 64 * 1024;
+
+}  // namespace
+
+Session::Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, std::string peer,
+                 std::string address, bool must_authenticate)
+    : host_(host),
+      socket_(std::move(socket)),
+      partial_timer_(socket_.get_executor()),
+      handshake_timer_(socket_.get_executor()),
+      idle_timer_(socket_.get_executor()),
+      last_read_(std::chrono::steady_clock::now()),
+      id_(id),
+      peer_(std::move(peer)),
+      address_(std::move(address)),
+      must_authenticate_(must_authenticate),
+      handler_(host.state(), host.options(), id, must_authenticate, host.counters()) {}
+
+void Session::start() {
+  // Whoever must authenticate has --handshake-timeout for the handshake; whoever need not,
+  // --first-request-timeout for a first request. A connection that never speaks holds a
+  // descriptor and a slot for nothing.
+  const auto& o = host_.options();
+  const auto limit = must_authenticate_ ? o.handshake_timeout : o.first_request_timeout;
+  if (limit.count() > 0) {
+    handshake_timer_.expires_after(limit);
+    handshake_timer_.async_wait([self = shared_from_this(), limit](std::error_code ec) {
+      if (ec || self->closed_) return;
+      const std::string ms = " (" + std::to_string(limit.count()) + " ms)";
+      if (self->must_authenticate_) {
+        if (self->handler_.authenticated()) return;
+        self->host_.log_timeout_close(
+            self->peer_, "token handshake not completed within --handshake-timeout" + ms);
+        self->close({}, true, /*unauthenticated=*/true);
+        return;
+      }
+      // Kept when a connection from the same address has spoken: PyTorch 1.13's TCPStore opens
+      // a second connection beside its first that stays silent unless watch_key is called, and
+      // its thread spins on a core if that connection is closed.
+      if (self->handler_.requests() > 0 || self->host_.address_has_spoken(self->address_)) return;
+      self->host_.log_timeout_close(self->peer_,
+                                    "no request completed within --first-request-timeout" + ms);
+      self->host_.count_silent_close();
+      self->close({}, false);
+    });
+  }
+  if (o.idle_timeout.count() > 0) arm_idle_timer(o.idle_timeout);
+  do_read();
+}
+
+void Session::arm_idle_timer(std::chrono::steady_clock::duration after) {
+  idle_timer_.expires_after(after);
+  idle_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+    if (ec || self->closed_) return;
+    const auto idle = self->host_.options().idle_timeout;
+    const auto silent = std::chrono::steady_clock::now() - self->last_read_;
+    // A parked WAIT, a 1.13 watcher, or bytes still to send or execute: not idle, however quiet.
+    const bool parked = self->handler_.waiting() || self->handler_.watching() ||
+                        self->handler_.has_input() || self->unsent() > 0;
+    if (!parked && silent >= idle) {
+      self->host_.log_timeout_close(self->peer_, "nothing received for --idle-timeout (" +
+                                                     std::to_string(idle.count()) +
+                                                     " ms) and nothing parked");
+      self->host_.count_silent_close();
+      self->close({}, false);
+      return;
+    }
+    self->arm_idle_timer(parked ? std::chrono::steady_clock::duration(idle) : idle - silent);
+  });
+}
+
+void Session::stop() {
+  if (closed_) return;
+  closed_ = true;
+  host_.charge(-static_cast<int64_t>(accounted_));
+  accounted_ = 0;
+  partial_timer_.cancel();
+  handshake_timer_.cancel();
+  idle_timer_.cancel();
+  std::error_code ignored;
+  socket_.close(ignored);
+}
+
+void Session::watch_partial_request() {
+  bool partial = handler_.has_input() && !handler_.waiting();
+  if (!partial) {
+    if (partial_armed_) partial_timer_.cancel();
+    partial_armed_ = false;
+    return;
+  }
+  if (partial_armed_ || host_.options().request_timeout.count() <= 0) return;
+  partial_armed_ = true;
+  partial_timer_.expires_after(host_.options().request_timeout);
+  partial_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+    if (ec || self->closed_) return;
+    self->partial_armed_ = false;
+    if (self->handler_.has_input() && !self->handler_.waiting()) {
+      self->close("request not completed within --request-timeout (" +
+                      std::to_string(self->host_.options().request_timeout.count()) + " ms)",
+                  true);
+    }
+  });
+}
+
+bool Session::backlogged() const {
+  const auto& o = host_.options();
+  const size_t in = handler_.buffered_input();
+  // Unsent replies at the bound: requests will not run, so reading more only costs memory. A
+  // parked WAIT: what follows it waits too, up to the same bound. Otherwise the buffer holds at
+  // most one incomplete request, as large as --max-request-bytes allows.
+  return unsent() >= o.max_unsent_bytes || (handler_.waiting() && in >= o.max_unsent_bytes) ||
+         in > o.max_request_bytes;
+}
+
+void Session::account() {
+  if (closed_) return;
+  handler_.set_unsent_elsewhere(writing_.size());
+  const size_t now = footprint();
+  if (now == accounted_) return;
+  const int64_t delta = static_cast<int64_t>(now) - static_cast<int64_t>(accounted_);
+  accounted_ = now;
+  host_.charge(delta);
+}
+
+void Session::close_for_memory(const std::string& reason) {
+  close(reason, true);
+}
+
+void Session::do_read() {
+  if (closed_ || read_in_flight_ || backlogged()) return;
+  std::span<uint8_t> space = handler_.read_space();
+  read_in_flight_ = true;
+  socket_.async_read_some(
+      asio::buffer(space.data(), space.size()),
+      [self = shared_from_this()](std::error_code ec, size_t n) { self->on_read(ec, n); });
+}
+
+void Session::on_read(std::error_code ec, size_t n) {
+  read_in_flight_ = false;
+  if (closed_) return;
+  if (ec) {
+    if (ec == asio::error::eof || ec == asio::error::connection_reset) {
+      close({}, false);
+    } else {
+      close("read failed: " + ec.message(), false);
+    }
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  last_read_ = now;
+  handler_.read_at(now);
+  handler_.commit(n);
+  process();
+  do_read();
+}
+
+void Session::process() {
+  process_posted_ = false;
+  if (closed_ || overflowed_) return;
+  account();
+  if (!handler_.process()) {
+    close(handler_.close_reason(), true);
+    return;
+  }
+  if (!spoke_ && (must_authenticate_ ? handler_.authenticated() : handler_.requests() > 0)) {
+    spoke_ = true;
+    host_.on_session_spoke(address_);
+  }
+  watch_partial_request();
+  flush();
+  account();
+  // This turn's replies reached the handler's share: the rest runs on a later turn, after the
+  // other connections' events.
+  if (handler_.yielded() && !process_posted_) {
+    process_posted_ = true;
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      self->process();
+      self->do_read();
+    });
+  }
+}
+
+void Session::wake() {
+  if (closed_) return;
+  bool more = handler_.wake();
+  flush();
+  account();
+  // Requests that arrived during the wait run on a later turn of the loop, never inside the
+  // write that woke us.
+  if (more && !process_posted_) {
+    process_posted_ = true;
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      self->process();
+      self->do_read();
+    });
+  }
+}
+
+void Session::deliver(const WatchEvent& event) {
+  if (closed_ || overflowed_) return;
+  const uint64_t bound = host_.options().max_unsent_bytes;
+  const size_t bytes = watch_notification_size(event);
+  if (unsent() + bytes > bound) {
+    overflowed_ = true;
+    const std::string reason =
+        std::to_string(unsent() + bytes) + " bytes unsent would pass --max-unsent-bytes (" +
+        std::to_string(bound) + "): the client does not read what it is sent (watch notifications)";
+    std::string().swap(handler_.output());  // never sent now: give the memory back at once
+    account();
+    host_.count_memory_close();
+    asio::post(socket_.get_executor(),
+               [self = shared_from_this(), reason] { self->close(reason, true); });
+    return;
+  }
+  handler_.deliver(event);
+  account();
+  // Sent on a later turn: this may run inside this very session's request, whose reply the
+  // handler has yet to put after the notification.
+  if (!flush_posted_) {
+    flush_posted_ = true;
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      self->flush_posted_ = false;
+      self->flush();
+      self->account();
+    });
+  }
+}
+
+void Session::flush() {
+  std::string& out = handler_.output();
+  if (closed_ || write_in_flight_ || out.empty()) return;
+  writing_.swap(out);
+  out.clear();
+  write_in_flight_ = true;
+  asio::async_write(socket_, asio::buffer(writing_),
+                    [self = shared_from_this()](std::error_code ec, size_t) {
+                      self->write_in_flight_ = false;
+                      // A large reply's buffer is given back, not kept for the next one: a
+                      // thousand idle clients that once read a 10 MB value hold nothing.
+                      if (self->writing_.capacity() > kKeepWriteBuffer) {
+                        std::string().swap(self->writing_);
+                      } else {
+                        self->writing_.clear();
+                      }
+                      self->account();
+                      if (self->closed_) return;
+                      if (ec) {
+                        self->close({}, false);
+                        return;
+                      }
+                      self->flush();
+                      self->account();
+                      // Output drained: buffered requests and reads may resume.
+                      if (self->handler_.has_input() && !self->handler_.waiting()) self->process();
+                      self->do_read();
+                    });
+}
+
+void Session::close(const std::string& reason, bool for_limit, bool unauthenticated) {
+  if (closed_) return;
+  if (!reason.empty()) host_.log().warn("closing connection from {}: {}", peer_, reason);
+  closed_ = true;
+  host_.charge(-static_cast<int64_t>(accounted_));
+  accounted_ = 0;
+  partial_timer_.cancel();
+  handshake_timer_.cancel();
+  idle_timer_.cancel();
+  std::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  host_.on_session_closed(id_, for_limit, unauthenticated || handler_.refused_unauthenticated());
+}
+
+}  // namespace cohort::rdzv

@@ -1,0 +1,268 @@
+// StoreState semantics, PyTorch's quirks included (docs/PROTOCOL.md §1.3).
+#include "server/store_state.h"
+
+#include "cohort/rdzv/codec.h"
+#include "../hex.h"
+#include "server/protocol_handler.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace cohort::rdzv {
+namespace {
+
+struct Recorder : StoreListener {
+  std::vector<SessionId> woken;
+  std::vector<std::pair<SessionId, std::string>> watch_events;
+  void on_wait_satisfied(SessionId s) override { woken.push_back(s); }
+  void on_watch_event(SessionId s, const WatchEvent& e) override {
+    std::string msg;  // as the server sends it
+    encode_watch_notification(e, &msg);
+    EXPECT_EQ(msg.size(), watch_notification_size(e));
+    watch_events.emplace_back(s, std::move(msg));
+  }
+};
+
+class StoreStateTest : public ::testing::Test {
+ protected:
+  Recorder rec;
+  StoreState st{&rec, 0};
+  using Keys = std::vector<std::string_view>;
+};
+
+TEST_F(StoreStateTest, AddStoresDecimalTextAndMissingCountsAsZero) {
+  int64_t v;
+  ASSERT_TRUE(st.add("c", -5, &v));
+  EXPECT_EQ(v, -5);
+  EXPECT_EQ(*st.get("c"), "-5");
+  ASSERT_TRUE(st.add("c", 8, &v));
+  EXPECT_EQ(*st.get("c"), "3");
+}
+
+TEST_F(StoreStateTest, AddParsesLikeStoll) {
+  int64_t v;
+  st.set("sp", " 12");
+  ASSERT_TRUE(st.add("sp", 1, &v));
+  EXPECT_EQ(v, 13);
+  st.set("trail", "7abc");
+  ASSERT_TRUE(st.add("trail", 1, &v));
+  EXPECT_EQ(v, 8);
+  st.set("word", "abc");
+  EXPECT_FALSE(st.add("word", 1, &v));
+  EXPECT_EQ(*st.get("word"), "abc");  // unchanged
+  st.set("huge", "99999999999999999999");
+  EXPECT_FALSE(st.add("huge", 1, &v));
+  st.set("min", "-9223372036854775808");
+  ASSERT_TRUE(st.add("min", 0, &v));
+  EXPECT_EQ(v, INT64_MIN);
+}
+
+TEST_F(StoreStateTest, CompareSetAllFourCases) {
+  st.set("k", "v1");
+  EXPECT_EQ(st.compare_set("k", "v1", "v2"), "v2");  // present, equal: written
+  EXPECT_EQ(st.compare_set("k", "zz", "v3"), "v2");  // present, different: current value
+  EXPECT_EQ(*st.get("k"), "v2");
+  EXPECT_EQ(st.compare_set("nokey", "exp", "des"), "exp");  // missing, non-empty expected: lies
+  EXPECT_EQ(st.get("nokey"), nullptr);
+  EXPECT_EQ(st.compare_set("nokey2", "", "des"), "des");  // missing, empty expected: created
+  EXPECT_EQ(*st.get("nokey2"), "des");
+}
+
+TEST_F(StoreStateTest, WaitReadyAtOnceWhenKeysExist) {
+  st.set("a", "1");
+  EXPECT_EQ(st.wait(1, Keys{"a"}), StoreState::WaitResult::kReady);
+  EXPECT_EQ(st.parked_waits(), 0u);
+}
+
+TEST_F(StoreStateTest, WaitParksUntilEveryKeyIsWritten) {
+  st.set("a", "1");
+  ASSERT_EQ(st.wait(1, Keys{"a", "b", "c"}), StoreState::WaitResult::kParked);
+  st.set("b", "x");
+  EXPECT_TRUE(rec.woken.empty());
+  int64_t v;
+  st.add("c", 1, &v);
+  EXPECT_EQ(rec.woken, std::vector<SessionId>{1});
+  EXPECT_EQ(st.parked_waits(), 0u);
+}
+
+TEST_F(StoreStateTest, WritesWakeWaitersInArrivalOrder) {
+  for (SessionId s : {5, 3, 9}) ASSERT_EQ(st.wait(s, Keys{"k"}), StoreState::WaitResult::kParked);
+  st.append("k", "z");
+  EXPECT_EQ(rec.woken, (std::vector<SessionId>{5, 3, 9}));
+}
+
+TEST_F(StoreStateTest, CompareSetThatWritesWakesWaiters) {
+  ASSERT_EQ(st.wait(1, Keys{"k"}), StoreState::WaitResult::kParked);
+  st.compare_set("k", "other", "x");  // missing key, non-empty expected: no write, no wake
+  EXPECT_TRUE(rec.woken.empty());
+  st.compare_set("k", "", "x");
+  EXPECT_EQ(rec.woken, std::vector<SessionId>{1});
+}
+
+TEST_F(StoreStateTest, CancelledAndDroppedWaitsAreNotWoken) {
+  ASSERT_EQ(st.wait(1, Keys{"k"}), StoreState::WaitResult::kParked);
+  ASSERT_EQ(st.wait(2, Keys{"k"}), StoreState::WaitResult::kParked);
+  EXPECT_TRUE(st.cancel_wait(1));
+  EXPECT_FALSE(st.cancel_wait(1));
+  st.drop_session(2);
+  st.set("k", "v");
+  EXPECT_TRUE(rec.woken.empty());
+  EXPECT_EQ(st.parked_waits(), 0u);
+}
+
+TEST_F(StoreStateTest, ManyCancellationsOnOneKeyStayConsistent) {
+  // Beyond the eager-cleanup size, cancelled entries are compacted lazily.
+  for (SessionId s = 1; s <= 1000; ++s)
+    ASSERT_EQ(st.wait(s, Keys{"k"}), StoreState::WaitResult::kParked);
+  for (SessionId s = 1; s <= 1000; s += 2) st.cancel_wait(s);
+  // A session that cancelled waits again: only its new wait counts.
+  ASSERT_EQ(st.wait(1, Keys{"k"}), StoreState::WaitResult::kParked);
+  st.set("k", "v");
+  std::vector<SessionId> expected;
+  for (SessionId s = 2; s <= 1000; s += 2) expected.push_back(s);
+  expected.push_back(1);
+  EXPECT_EQ(rec.woken, expected);
+}
+
+TEST_F(StoreStateTest, BarrierReleasesEveryArrivalWhenTheLastArrives) {
+  using R = StoreState::WaitResult;
+  ASSERT_EQ(st.barrier(1, "b", 3), R::kParked);
+  ASSERT_EQ(st.barrier(2, "b", 3), R::kParked);
+  st.set("other", "x");  // other keys release nothing
+  EXPECT_TRUE(rec.woken.empty());
+  EXPECT_EQ(st.barrier(3, "b", 3), R::kReady);
+  EXPECT_EQ(rec.woken, (std::vector<SessionId>{1, 2}));
+  EXPECT_EQ(*st.get("b"), "3");
+  EXPECT_EQ(st.parked_waits(), 0u);
+}
+
+TEST_F(StoreStateTest, BarrierCountsCancelledArrivalsAndWakesOnAnyWriteThatReachesIt) {
+  using R = StoreState::WaitResult;
+  ASSERT_EQ(st.barrier(1, "b", 2), R::kParked);
+  EXPECT_TRUE(st.cancel_wait(1));  // a timed-out arrival stays counted, as in PyTorch's store
+  EXPECT_EQ(st.barrier(2, "b", 2), R::kReady);
+  ASSERT_EQ(st.barrier(3, "c", 5), R::kParked);
+  ASSERT_EQ(st.wait(4, Keys{"c"}), R::kReady);  // "c" exists once the barrier counted
+  int64_t v;
+  st.add("c", 1, &v);  // 2 of 5: still short
+  EXPECT_TRUE(rec.woken.empty());
+  st.set("c", "9");
+  EXPECT_EQ(rec.woken, std::vector<SessionId>{3});
+}
+
+TEST_F(StoreStateTest, BarrierComparesTheCounterAfterItsArrivalWrappedLikeAdd) {
+  st.set("w", "9223372036854775807");  // INT64_MAX: the arrival wraps it to INT64_MIN, short of 3
+  EXPECT_EQ(st.barrier(1, "w", 3), StoreState::WaitResult::kParked);
+  EXPECT_EQ(*st.get("w"), "-9223372036854775808");
+}
+
+TEST_F(StoreStateTest, BarrierOnTextOrBeyondTheWaiterLimitChangesNothing) {
+  st.set("t", "text");
+  EXPECT_EQ(st.barrier(1, "t", 2), StoreState::WaitResult::kNotACounter);
+  EXPECT_EQ(*st.get("t"), "text");
+  StoreState limited(&rec, 1);
+  ASSERT_EQ(limited.wait(1, Keys{"k"}), StoreState::WaitResult::kParked);
+  EXPECT_EQ(limited.barrier(2, "b", 2), StoreState::WaitResult::kTooManyWaiters);
+  EXPECT_EQ(limited.get("b"), nullptr);
+  EXPECT_EQ(limited.barrier(2, "b", 1), StoreState::WaitResult::kReady);  // needs no wait
+}
+
+TEST_F(StoreStateTest, WaiterLimit) {
+  StoreState limited(&rec, 2);
+  EXPECT_EQ(limited.wait(1, Keys{"k"}), StoreState::WaitResult::kParked);
+  EXPECT_EQ(limited.wait(2, Keys{"k"}), StoreState::WaitResult::kParked);
+  EXPECT_EQ(limited.wait(3, Keys{"k"}), StoreState::WaitResult::kTooManyWaiters);
+}
+
+TEST_F(StoreStateTest, NumKeysCountsEveryKeyButNotQueues) {
+  int64_t v;
+  st.add("init/", 1, &v);
+  st.set("/k", "v");
+  st.queue_push("q", "x");
+  EXPECT_EQ(st.num_keys(), 2);
+  EXPECT_TRUE(st.delete_key("/k"));
+  EXPECT_FALSE(st.delete_key("/k"));
+  EXPECT_EQ(st.num_keys(), 1);
+}
+
+TEST_F(StoreStateTest, QueuePushWakesOneWaiterAndPopsInOrder) {
+  ASSERT_EQ(st.wait(1, Keys{"q"}), StoreState::WaitResult::kParked);
+  ASSERT_EQ(st.wait(2, Keys{"q"}), StoreState::WaitResult::kParked);
+  st.queue_push("q", "first");
+  EXPECT_EQ(rec.woken, std::vector<SessionId>{1});
+  st.queue_push("q", "second");
+  EXPECT_EQ(rec.woken, (std::vector<SessionId>{1, 2}));
+  EXPECT_TRUE(st.check(Keys{"q"}));
+  EXPECT_EQ(st.queue_len("q"), 2);
+  std::string v;
+  EXPECT_EQ(st.queue_pop("q", &v), 2);
+  EXPECT_EQ(v, "first");
+  EXPECT_EQ(st.queue_pop("q", &v), 1);
+  EXPECT_EQ(v, "second");
+  EXPECT_EQ(st.queue_pop("q", &v), 0);
+  EXPECT_FALSE(st.check(Keys{"q"}));
+}
+
+TEST_F(StoreStateTest, WatchersSeeCreateUpdateDeleteWithOldAndNewValues) {
+  st.watch(7, "/w");
+  st.set("/w", "new");
+  st.set("/w", "newer");
+  st.delete_key("/w");
+  ASSERT_EQ(rec.watch_events.size(), 3u);
+  // Captured from 1.13 after set("w", "new"): 01 + S"/w" + S"" + S"new".
+  std::string created =
+      cohort::testing::unhex("01 0200000000000000 2f77 0000000000000000 0300000000000000 6e6577");
+  EXPECT_EQ(rec.watch_events[0].second, created);
+  EXPECT_EQ(rec.watch_events[1].second[0], static_cast<char>(kWatchUpdated));
+  EXPECT_NE(rec.watch_events[1].second.find("new"), std::string::npos);
+  EXPECT_EQ(rec.watch_events[2].second[0], static_cast<char>(kWatchDeleted));
+  st.drop_session(7);
+  st.set("/w", "again");
+  EXPECT_EQ(rec.watch_events.size(), 3u);
+}
+
+// Journal and listener write into one history: nobody may hear of a change before it is logged.
+struct OrderJournal : StoreState::Journal, StoreListener {
+  std::vector<std::string> history;
+  int depth = 0;
+  void on_change(std::string_view key, const std::string*) override {
+    history.push_back(depth > 0 ? "batched " + std::string(key) : "logged " + std::string(key));
+  }
+  void on_reply(uint64_t, uint64_t, const std::string&) override {}
+  void begin_batch() override { ++depth; }
+  void end_batch() override {
+    if (--depth == 0) history.push_back("logged batch");
+  }
+  void on_wait_satisfied(SessionId s) override { history.push_back("woke " + std::to_string(s)); }
+  void on_watch_event(SessionId s, const WatchEvent&) override {
+    history.push_back("notified " + std::to_string(s));
+  }
+};
+
+TEST(StoreStateDurability, WaitersAndWatchersHearOfAChangeOnlyAfterItIsLogged) {
+  OrderJournal j;
+  StoreState st(&j, 0);
+  st.set_journal(&j);
+  st.watch(1, "k");
+  std::vector<std::string_view> keys = {"k"};
+  ASSERT_EQ(st.wait(2, keys), StoreState::WaitResult::kParked);
+  st.set("k", "v");
+  EXPECT_EQ(j.history, (std::vector<std::string>{"logged k", "notified 1", "woke 2"}));
+
+  // In a batch (a MULTI_SET, a tagged write): after the whole batch is logged.
+  j.history.clear();
+  std::vector<std::string_view> later = {"n"};
+  ASSERT_EQ(st.wait(2, later), StoreState::WaitResult::kParked);
+  st.begin_batch();
+  st.set("other", "x");
+  st.set("k", "v2");
+  st.append("n", "w");
+  st.end_batch();
+  EXPECT_EQ(j.history, (std::vector<std::string>{"batched other", "batched k", "batched n",
+                                                 "logged batch", "notified 1", "woke 2"}));
+}
+
+}  // namespace
+}  // namespace cohort::rdzv
