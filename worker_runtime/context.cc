@@ -15,11 +15,12 @@
 
 #include "cohort/base/parse.h"
 
+#include "cohort/base/slurm.h"
+#include "cohort/base/worker_env_names.h"
 #include "cohort/rdzv/auth.h"
 #include "cohort/rdzv/memory_store.h"
 #include "cohort/rdzv/prefix_store.h"
 #include "cohort/rdzv/server.h"
-#include "cohort/base/slurm.h"
 #include "cohort/rdzv/tcp_store.h"
 
 namespace cohort {
@@ -76,13 +77,13 @@ int slurm_tasks_on_node(const char* name, const std::string& list, int node) {
 }
 
 void parse_master(const EnvMap& env, WorkerIdentity& id, const std::string& hint) {
-  const std::string* addr = find(env, "MASTER_ADDR");
-  if (addr == nullptr || addr->empty()) missing("MASTER_ADDR", hint);
+  const std::string* addr = find(env, worker_env::kMasterAddr);
+  if (addr == nullptr || addr->empty()) missing(worker_env::kMasterAddr, hint);
   id.master_addr = *addr;
-  id.master_port = required_int(env, "MASTER_PORT", 1, hint);
+  id.master_port = required_int(env, worker_env::kMasterPort, 1, hint);
   if (id.master_port > 65535) {
-    throw UsageError("cohort: environment variable MASTER_PORT='" + env.at("MASTER_PORT") +
-                     "' is not a port number (1..65535)");
+    throw UsageError("cohort: environment variable MASTER_PORT='" +
+                     env.at(worker_env::kMasterPort) + "' is not a port number (1..65535)");
   }
 }
 
@@ -115,30 +116,31 @@ StoreDialect dialect_of(const std::string& s) {
 
 WorkerIdentity WorkerIdentity::parse(const EnvMap& env) {
   WorkerIdentity id;
-  if (find(env, "RANK") != nullptr || find(env, "WORLD_SIZE") != nullptr) {
+  if (find(env, worker_env::kRank) != nullptr || find(env, worker_env::kWorldSize) != nullptr) {
     // cohortrun, torchrun, or a manual env:// launch.
     const std::string hint = kManualHint;
-    id.rank = required_int(env, "RANK", 0, hint);
-    id.world_size = required_int(env, "WORLD_SIZE", 1, hint);
-    id.local_rank = required_int(env, "LOCAL_RANK", 0, hint);
-    const int group_world = optional_int(env, "GROUP_WORLD_SIZE", 1, 1);
+    id.rank = required_int(env, worker_env::kRank, 0, hint);
+    id.world_size = required_int(env, worker_env::kWorldSize, 1, hint);
+    id.local_rank = required_int(env, worker_env::kLocalRank, 0, hint);
+    const int group_world = optional_int(env, worker_env::kGroupWorldSize, 1, 1);
     id.local_world_size =
-        optional_int(env, "LOCAL_WORLD_SIZE", 1, std::max(1, id.world_size / group_world));
-    id.group_rank = optional_int(env, "GROUP_RANK", 0, 0);
-    id.restart_count = optional_int(env, "TORCHELASTIC_RESTART_COUNT", 0, 0);
-    if (const std::string* v = find(env, "TORCHELASTIC_RUN_ID")) id.run_id = *v;
+        optional_int(env, worker_env::kLocalWorldSize, 1, std::max(1, id.world_size / group_world));
+    id.group_rank = optional_int(env, worker_env::kGroupRank, 0, 0);
+    id.restart_count = optional_int(env, worker_env::kRestartCount, 0, 0);
+    if (const std::string* v = find(env, worker_env::kRunId)) id.run_id = *v;
     parse_master(env, id, hint);
-    const bool agent = find(env, "TORCHELASTIC_RUN_ID") != nullptr;
+    const bool agent = find(env, worker_env::kRunId) != nullptr;
     // cohortrun marks its workers with COHORT_AGENT_ID (and COHORT_HEARTBEAT_FD when it watches
     // heartbeats).
-    const bool cohortrun =
-        find(env, "COHORT_AGENT_ID") != nullptr || find(env, "COHORT_HEARTBEAT_FD") != nullptr;
+    const bool cohortrun = find(env, worker_env::kAgentId) != nullptr ||
+                           find(env, worker_env::kHeartbeatFd) != nullptr;
     id.source = cohortrun ? "cohortrun" : agent ? "torchrun" : "env";
     // torchrun's agent hosts the store when TORCHELASTIC_USE_AGENT_STORE=True; PyTorch's env://
     // otherwise makes rank 0 host it.
-    const std::string* use_agent = find(env, "TORCHELASTIC_USE_AGENT_STORE");
+    const std::string* use_agent = find(env, worker_env::kUseAgentStore);
     id.rank0_hosts_store = !cohortrun && (use_agent == nullptr || *use_agent != "True");
-    check_ranges(id, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+    check_ranges(id, worker_env::kRank, worker_env::kWorldSize, worker_env::kLocalRank,
+                 worker_env::kLocalWorldSize);
   } else if (find(env, "SLURM_PROCID") != nullptr) {
     const std::string hint = "srun sets it";
     id.rank = required_int(env, "SLURM_PROCID", 0, hint);
@@ -156,7 +158,7 @@ WorkerIdentity WorkerIdentity::parse(const EnvMap& env) {
     id.run_id = "slurm";
     if (const std::string* v = find(env, "SLURM_JOB_ID")) id.run_id += "-" + *v;
     if (const std::string* v = find(env, "SLURM_STEP_ID")) id.run_id += "." + *v;
-    if (find(env, "MASTER_ADDR") != nullptr) {
+    if (find(env, worker_env::kMasterAddr) != nullptr) {
       parse_master(env, id, hint);
     } else {
       // A direct srun launch: the store is hosted by task 0, on the job's first host, at a port
@@ -195,7 +197,7 @@ WorkerIdentity WorkerIdentity::parse(const EnvMap& env) {
     id.source = "single";
   }
 
-  if (const std::string* v = find(env, "COHORT_TIMEOUT_S")) {
+  if (const std::string* v = find(env, worker_env::kTimeoutSeconds)) {
     double seconds = 0;
     auto [ptr, ec] = std::from_chars(v->data(), v->data() + v->size(), seconds);
     if (v->empty() || ec != std::errc() || ptr != v->data() + v->size() || !(seconds > 0) ||
@@ -206,7 +208,7 @@ WorkerIdentity WorkerIdentity::parse(const EnvMap& env) {
     id.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
     id.timeout_from_env = true;
   }
-  if (const std::string* v = find(env, "COHORT_STORE_DIALECT")) {
+  if (const std::string* v = find(env, worker_env::kStoreDialect)) {
     if (*v == "torch113" || *v == "1.13") {
       id.store_dialect = "torch113";
     } else if (*v == "current" || v->empty()) {
@@ -216,7 +218,7 @@ WorkerIdentity WorkerIdentity::parse(const EnvMap& env) {
                        "' is neither 'current' nor 'torch113'");
     }
   }
-  if (const std::string* v = find(env, "COHORT_SOCKET_ADDR")) id.socket_addr = *v;
+  if (const std::string* v = find(env, worker_env::kSocketAddr)) id.socket_addr = *v;
   return id;
 }
 
@@ -264,7 +266,7 @@ void scrub_env(const char* name) {
 }  // namespace
 
 std::string store_token_from(const EnvMap& env) {
-  if (const std::string* file = find(env, "COHORT_STORE_TOKEN_FILE"); file && !file->empty()) {
+  if (const std::string* file = find(env, worker_env::kStoreTokenFile); file && !file->empty()) {
     try {
       return auth::read_token_file(*file);
     } catch (const std::exception& e) {
@@ -272,7 +274,7 @@ std::string store_token_from(const EnvMap& env) {
                        *file + "': " + e.what());
     }
   }
-  const std::string* token = find(env, "COHORT_STORE_TOKEN");
+  const std::string* token = find(env, worker_env::kStoreToken);
   return token ? *token : std::string();
 }
 
@@ -283,13 +285,13 @@ Context Context::from_env() {
     // processes, shells, other programs) does not inherit it; a later Context of this process
     // still has it.
     std::lock_guard lock(g_token_mu);
-    if (env.contains("COHORT_STORE_TOKEN_FILE") || env.contains("COHORT_STORE_TOKEN")) {
+    if (env.contains(worker_env::kStoreTokenFile) || env.contains(worker_env::kStoreToken)) {
       g_consumed_token = store_token_from(env);
-      scrub_env("COHORT_STORE_TOKEN");
-      ::unsetenv("COHORT_STORE_TOKEN_FILE");
+      scrub_env(worker_env::kStoreToken);
+      ::unsetenv(worker_env::kStoreTokenFile);
     }
-    env.erase("COHORT_STORE_TOKEN_FILE");
-    if (g_consumed_token) env["COHORT_STORE_TOKEN"] = *g_consumed_token;
+    env.erase(worker_env::kStoreTokenFile);
+    if (g_consumed_token) env[worker_env::kStoreToken] = *g_consumed_token;
   }
   return from_env(env);
 }

@@ -12,13 +12,14 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <typeinfo>
 
 #if defined(COHORT_HAVE_LIBBACKTRACE)
 #include <backtrace.h>
 #endif
 
+#include "cohort/base/error_file_format.h"
+#include "cohort/base/worker_env_names.h"
 #include "cohort/error.h"
 #include "crash_cleanup.h"
 
@@ -69,7 +70,7 @@ std::string describe_current_exception() {
   }
   detail::run_crash_cleanup();
   std::string where;
-  const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
+  const char* path = std::getenv(worker_env::kErrorFile);
   if (path != nullptr && *path != '\0') {
     try {
       write_error_file(path, message, stack);
@@ -79,7 +80,7 @@ std::string describe_current_exception() {
     }
   }
   // A worker names its rank; a program started by hand (no RANK) just says what went wrong.
-  const char* rank = std::getenv("RANK");
+  const char* rank = std::getenv(worker_env::kRank);
   const std::string who = rank != nullptr ? std::string("rank ") + rank + ": " : "";
   std::fflush(stdout);
   std::cout.flush();
@@ -93,12 +94,7 @@ std::string describe_current_exception() {
 
 std::string error_file_json(std::string_view message, std::string_view callstack,
                             int64_t timestamp) {
-  nlohmann::ordered_json j;
-  j["message"]["message"] = std::string(message);
-  j["message"]["extraInfo"]["py_callstack"] = std::string(callstack);
-  j["message"]["extraInfo"]["timestamp"] = std::to_string(timestamp);
-  // Invalid UTF-8 in a what() string must not make the dump itself throw.
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return error_file::encode(message, callstack, timestamp);
 }
 
 void write_error_file(const std::string& path, std::string_view message,

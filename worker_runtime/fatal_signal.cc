@@ -16,6 +16,7 @@
 #include <ctime>
 #include <mutex>
 
+#include "cohort/base/worker_env_names.h"
 #include "cohort/error_file.h"
 #include "crash_cleanup.h"
 
@@ -183,9 +184,9 @@ void on_fatal_signal(int sig, siginfo_t*, void*) {
 }
 
 void install_once() {
-  const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
+  const char* path = std::getenv(worker_env::kErrorFile);
   if (path != nullptr && std::strlen(path) < kPathMax) std::strcpy(g_state.error_file, path);
-  const char* rank = std::getenv("RANK");
+  const char* rank = std::getenv(worker_env::kRank);
   if (rank != nullptr && std::strlen(rank) < sizeof(g_state.rank)) std::strcpy(g_state.rank, rank);
   g_state.trace_fd = ::memfd_create("cohort-backtrace", MFD_CLOEXEC);
   void* warm[4];

@@ -1,4 +1,6 @@
 #include "cohort/heartbeat.h"
+#include "cohort/base/heartbeat_line.h"
+#include "cohort/base/worker_env_names.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -40,7 +42,7 @@ ssize_t write_without_sigpipe(int fd, const void* buf, size_t len) {
 }  // namespace
 
 std::optional<int> heartbeat_fd_from_env(const EnvMap& env) {
-  auto it = env.find("COHORT_HEARTBEAT_FD");
+  auto it = env.find(worker_env::kHeartbeatFd);
   if (it == env.end()) return std::nullopt;
   int fd = -1;
   const std::string& s = it->second;
@@ -62,7 +64,7 @@ bool HeartbeatWriter::beat(Clock::time_point now) {
   do {
     if (t - last < min_interval_ns_) return false;
   } while (!last_ns_.compare_exchange_weak(last, t, std::memory_order_relaxed));
-  const char byte = 'b';
+  const char byte = heartbeat_pipe::kBeat;
   // EAGAIN: the launcher has not drained the pipe, it will see the earlier bytes. EPIPE/EBADF: no
   // one is listening. Either way the worker carries on.
   return write_without_sigpipe(fd_, &byte, 1) == 1;
@@ -71,24 +73,22 @@ bool HeartbeatWriter::beat(Clock::time_point now) {
 bool HeartbeatWriter::report(int64_t step, double step_seconds, double items_per_second,
                              double comm_seconds, Clock::time_point now) {
   if (fd_ < 0) return false;
-  char line[160];
-  const int n =
-      std::snprintf(line, sizeof line, "S %lld %.6g %.6g %.6g\n", static_cast<long long>(step),
-                    step_seconds, items_per_second, comm_seconds);
-  if (n <= 0 || static_cast<size_t>(n) >= sizeof line) return false;
+  const std::string line =
+      heartbeat_pipe::encode_step_report({step, step_seconds, items_per_second, comm_seconds});
+  if (line.empty()) return false;
   last_ns_.store(
       std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
       std::memory_order_relaxed);
-  return write_without_sigpipe(fd_, line, static_cast<size_t>(n)) == n;
+  return write_without_sigpipe(fd_, line.data(), line.size()) == static_cast<ssize_t>(line.size());
 }
 
 namespace {
 
 HeartbeatWriter& process_writer() {
   static HeartbeatWriter writer([] {
-    const char* v = std::getenv("COHORT_HEARTBEAT_FD");
+    const char* v = std::getenv(worker_env::kHeartbeatFd);
     if (v == nullptr) return -1;
-    return heartbeat_fd_from_env(EnvMap{{"COHORT_HEARTBEAT_FD", v}}).value_or(-1);
+    return heartbeat_fd_from_env(EnvMap{{worker_env::kHeartbeatFd, v}}).value_or(-1);
   }());
   return writer;
 }

@@ -11,13 +11,14 @@
 #include <sstream>
 
 #include "cohort/base/logging.h"
+#include "cohort/base/worker_env_names.h"
 #include "cohort/error.h"
-#include "workers/descendants.h"
-#include "rdzv/elastic_job.h"
 #include "failure/error_file.h"
 #include "failure/failure_report.h"
 #include "gpu/gpu_preflight.h"
+#include "rdzv/elastic_job.h"
 #include "rdzv/static_job.h"
+#include "workers/descendants.h"
 #include "workers/worker_specs.h"
 
 namespace cohort::launch {
@@ -202,8 +203,8 @@ void NodeAgent::start_file_timer() {
         });
   } catch (const IoError& e) {
     throw UsageError(std::string(e.what()) +
-                     "; set TORCHELASTIC_TIMER_FILE to a path in a writable folder, or unset "
-                     "TORCHELASTIC_ENABLE_FILE_TIMER");
+                     "; set TORCHELASTIC_TIMER_FILE to a path in a writable folder, or unset " +
+                     worker_env::kEnableFileTimer);
   }
   env_["TORCHELASTIC_TIMER_FILE"] = path;  // the workers' FileTimerClient writes there
   log_->info("file timer: workers' timers are read from {}", path);
@@ -560,7 +561,7 @@ void NodeAgent::report(const action::Finish& f, std::vector<WorkerFailure> failu
             "-m cohort.run` from that environment)\n";
   }
   err_->write_blocking(text, 2s);
-  auto parent = env_.find("TORCHELASTIC_ERROR_FILE");
+  auto parent = env_.find(worker_env::kErrorFile);
   if (parent != env_.end() && !parent->second.empty()) {
     auto first =
         *std::min_element(failures.begin(), failures.end(),

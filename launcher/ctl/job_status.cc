@@ -5,6 +5,7 @@
 
 #include "cohort/error.h"
 #include "rdzv/round_ops.h"
+#include "rdzv/store_keys.h"
 
 namespace cohort::launch {
 namespace {
@@ -15,16 +16,6 @@ std::optional<int> number(std::string_view s) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || end != s.data() + s.size() || s.empty()) return std::nullopt;
   return v;
-}
-
-std::vector<std::string_view> split(std::string_view s) {
-  std::vector<std::string_view> parts;
-  for (;;) {
-    size_t slash = s.find('/');
-    parts.push_back(s.substr(0, slash));
-    if (slash == std::string_view::npos) return parts;
-    s.remove_prefix(slash + 1);
-  }
 }
 
 // The values of `keys`, in one request when they are all still there; a key deleted since it
@@ -60,14 +51,12 @@ std::string outcome_word(Outcome::Kind kind) {
   return "unknown";
 }
 
-std::map<std::string, std::vector<std::string>> group_jobs(const std::vector<std::string>& keys) {
-  static const std::string kRoot = "cohort/";
+std::map<std::string, std::vector<std::string>> group_jobs(
+    const std::vector<std::string>& store_keys) {
   std::map<std::string, std::vector<std::string>> jobs;
-  for (const auto& k : keys) {
-    if (k.compare(0, kRoot.size(), kRoot) != 0) continue;
-    size_t slash = k.find('/', kRoot.size());
-    if (slash == std::string::npos || slash == kRoot.size()) continue;
-    jobs[k.substr(kRoot.size(), slash - kRoot.size())].push_back(k.substr(slash + 1));
+  for (const auto& k : store_keys) {
+    std::string rest;
+    if (auto run = keys::split_run(k, &rest)) jobs[*run].push_back(std::move(rest));
   }
   return jobs;
 }
@@ -87,29 +76,35 @@ JobStatus read_job(Store& store, const std::string& run_id,
   std::vector<std::string> status_keys;
   std::string current_key;
   for (const auto& k : job_keys) {
-    auto p = split(k);
+    using Kind = keys::ParsedKey::Kind;
+    const keys::ParsedKey key = keys::parse(k);
     const std::string full = prefix + k;
-    if (p.size() >= 3 && p[0] == "round") {
-      auto r = number(p[1]);
-      if (!r) continue;
-      job.round = std::max(job.round, *r);
-      if (p.size() == 4 && p[2] == "node" && number(p[3])) {
-        node_keys[*r].push_back(full);
-      } else if (p.size() == 3 && p[2] == "outcome") {
-        outcome_keys[*r] = full;
-      } else if (p.size() == 4 && p[2] == "failures" && number(p[3])) {
-        failure_keys[*r].push_back(full);
-      } else {
+    switch (key.kind) {
+      case Kind::kNode:
+        node_keys[key.round].push_back(full);
+        break;
+      case Kind::kOutcome:
+        outcome_keys[key.round] = full;
+        break;
+      case Kind::kFailures:
+        failure_keys[key.round].push_back(full);
+        break;
+      case Kind::kStatus:
+        status_keys.push_back(full);
+        break;
+      case Kind::kCurrentRound:
+        current_key = full;
+        break;
+      case Kind::kDoneCount:
+      case Kind::kExitCount:
+      case Kind::kExitAll:
+        job.round = std::max(job.round, key.round);
         continue;
-      }
-      wanted.push_back(full);
-    } else if (p.size() == 2 && p[0] == "status" && number(p[1])) {
-      status_keys.push_back(full);
-      wanted.push_back(full);
-    } else if (k == "rdzv/current") {
-      current_key = full;
-      wanted.push_back(full);
+      default:
+        continue;
     }
+    if (key.round >= 0) job.round = std::max(job.round, key.round);
+    wanted.push_back(full);
   }
   auto values = fetch(store, wanted);
   auto value = [&](const std::string& k) -> const std::string* {

@@ -1,7 +1,7 @@
 // JobStatus: what `cohortctl status` knows about a job, read from the store it runs on: its
 // rounds' node records, outcomes and failure reports (round_ops.h), the NodeStatus every node
 // agent refreshes (node_status.h) and, for elastic jobs, the rendezvous' current round
-// (dynamic_protocol.cc's "rdzv/current"). Only reads: never waits for a key, never writes.
+// (keys::current_round(), rdzv/store_keys.h). Only reads: never waits for a key, never writes.
 //
 // A record that cannot be parsed (another version's, or half a job) is skipped and named in
 // `problems`, so that one bad key does not hide the rest of the job.

@@ -1,22 +1,22 @@
-// torchrun's error files: reading what a worker wrote to $TORCHELASTIC_ERROR_FILE, and writing
-// the launcher's own copy for whoever launched cohortrun (docs/TORCHRUN.md §3.5).
+// torchrun's error files, on the launcher's side: reading what a worker wrote to
+// $TORCHELASTIC_ERROR_FILE, and writing the launcher's own copy for whoever launched cohortrun.
+// The format itself is the contract in cohort/base/error_file_format.h, shared with the writer.
 #pragma once
 
 #include <optional>
 #include <string>
 
+#include "cohort/base/error_file_format.h"
+
 namespace cohort::launch {
 
-struct ErrorFileContent {
-  std::string message;    // "ValueError: boom"
-  std::string traceback;  // py_callstack, or the C++ stack the runtime wrote
-  double timestamp = 0;   // seconds since the epoch; 0 when absent
-  std::string raw;        // the file as read
-};
+using ErrorFileContent = error_file::Content;
 
-// Parses the text of an error file; a content whose message names the problem when it is not in
-// either of torchrun's two formats. Never throws.
-ErrorFileContent parse_error_file(const std::string& text);
+// Parses the text of an error file (error_file::parse): a content whose message names the problem
+// when it is not in either of torchrun's two formats. Never throws.
+inline ErrorFileContent parse_error_file(const std::string& text) {
+  return error_file::parse(text);
+}
 
 // Reads `path`. nullopt when it does not exist; a content whose message names the problem when
 // it exists but is not in either of torchrun's two formats.

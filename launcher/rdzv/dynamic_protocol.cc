@@ -9,6 +9,7 @@
 #include "cohort/error.h"
 #include "failure/json_text.h"
 #include "rdzv/round_ops.h"
+#include "rdzv/store_keys.h"
 
 namespace cohort::launch {
 namespace {
@@ -21,13 +22,6 @@ struct RoundState {
   std::vector<std::string> participants;  // join order
   std::string text;                       // as stored ("" when absent)
 };
-
-std::string state_key(int round) {
-  return "rdzv/round/" + std::to_string(round) + "/state";
-}
-std::string changed_key(int round, int version) {
-  return "rdzv/round/" + std::to_string(round) + "/changed/" + std::to_string(version);
-}
 
 std::string encode(const RoundState& s) {
   return json_text(json{{"version", s.version},
@@ -51,7 +45,7 @@ RoundState decode(const std::string& text) {
 }
 
 RoundState load(Store& store, int round) {
-  std::vector<std::string> k{state_key(round)};
+  std::vector<std::string> k{keys::round_state(round)};
   if (!store.check(k)) return {};
   return decode(store.get(k[0]));
 }
@@ -60,15 +54,15 @@ RoundState load(Store& store, int round) {
 bool update(Store& store, int round, const RoundState& old, RoundState next) {
   next.version = old.version + 1;
   std::string text = encode(next);
-  if (store.compare_set(state_key(round), old.text, text) != text) return false;
+  if (store.compare_set(keys::round_state(round), old.text, text) != text) return false;
   // Acknowledged (a compare_set has a reply, a SET none): a store that dies right after the
   // state change still gets this wake-up, from our retry once it is back.
-  store.compare_set(changed_key(round, next.version), "", "1");
+  store.compare_set(keys::round_changed(round, next.version), "", "1");
   return true;
 }
 
 int current_round(Store& store) {
-  std::string v = store.compare_set("rdzv/current", "", "0");
+  std::string v = store.compare_set(keys::current_round(), "", "0");
   auto round = parse_int(v, 0, std::numeric_limits<int>::max());
   if (!round) throw ProtocolError("malformed rdzv/current '" + v + "' in the store");
   return *round;
@@ -119,11 +113,12 @@ RankAssignment DynamicProtocol::join(Store& store, int after_round, NodeInfo sel
     int round = current_round(store);
     if (round <= after_round) {
       // Our last round has ended but nobody has moved the job on yet: do it.
-      store.compare_set("rdzv/current", std::to_string(round), std::to_string(after_round + 1));
+      store.compare_set(keys::current_round(), std::to_string(round),
+                        std::to_string(after_round + 1));
       continue;
     }
     if (round_ops::outcome_of(store, round)) {
-      store.compare_set("rdzv/current", std::to_string(round), std::to_string(round + 1));
+      store.compare_set(keys::current_round(), std::to_string(round), std::to_string(round + 1));
       saw_min = false;
       continue;
     }
@@ -160,7 +155,7 @@ RankAssignment DynamicProtocol::join(Store& store, int after_round, NodeInfo sel
 
     if (!member) {
       if (n >= settings_.max_nodes) {  // cannot happen (MAX completes a round); be safe
-        wait_key(store, clock_, changed_key(round, st.version + 1), join_deadline);
+        wait_key(store, clock_, keys::round_changed(round, st.version + 1), join_deadline);
         continue;
       }
       RoundState next = st;
@@ -186,7 +181,7 @@ RankAssignment DynamicProtocol::join(Store& store, int after_round, NodeInfo sel
       }
       wake_at = std::min(wake_at, last_call_end);
     }
-    wait_key(store, clock_, changed_key(round, st.version + 1), wake_at);
+    wait_key(store, clock_, keys::round_changed(round, st.version + 1), wake_at);
   }
 }
 

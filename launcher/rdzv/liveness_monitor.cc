@@ -1,23 +1,18 @@
 #include "rdzv/liveness_monitor.h"
 
-namespace cohort::launch {
+#include "rdzv/store_keys.h"
 
-std::string keep_alive_key(const std::string& node_id) {
-  return "rdzv/hb/" + node_id;
-}
-std::string alive_key(const std::string& node_id) {
-  return "rdzv/alive/" + node_id;
-}
+namespace cohort::launch {
 
 std::vector<std::string> LivenessMonitor::tick(Store& store,
                                                const std::vector<std::string>& peers) {
   std::vector<std::string> lost;
   const bool leased = store.supports_ttl();
-  if (leased) store.set_with_ttl(alive_key(self_), "1", timeout_);
-  store.add(keep_alive_key(self_), 1);
+  if (leased) store.set_with_ttl(keys::alive(self_), "1", timeout_);
+  store.add(keys::keep_alive(self_), 1);
   std::map<std::string, int64_t> counters;
   for (const auto& p : peers)
-    if (p != self_) counters[p] = store.add(keep_alive_key(p), 0);
+    if (p != self_) counters[p] = store.add(keys::keep_alive(p), 0);
   // Read after the calls, which may have waited for a store that came back.
   const auto now = clock_.now();
   if (last_tick_ && now - *last_tick_ > 2 * interval_) {
@@ -37,7 +32,7 @@ std::vector<std::string> LivenessMonitor::tick(Store& store,
       continue;
     }
     if (leased) {
-      std::vector<std::string> k{alive_key(p)};
+      std::vector<std::string> k{keys::alive(p)};
       if (store.check(k)) {
         it->second.lease_seen = true;
       } else if (it->second.lease_seen) {

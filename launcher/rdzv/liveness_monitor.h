@@ -52,8 +52,4 @@ class LivenessMonitor {
   std::optional<Clock::time_point> last_tick_;  // the end of the last tick that succeeded
 };
 
-// The keep-alive keys of a node: a counter, and (stores with expiring keys) a leased key.
-std::string keep_alive_key(const std::string& node_id);
-std::string alive_key(const std::string& node_id);
-
 }  // namespace cohort::launch

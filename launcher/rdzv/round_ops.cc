@@ -1,31 +1,6 @@
 #include "rdzv/round_ops.h"
 
 namespace cohort::launch {
-
-namespace keys {
-std::string run_prefix(const std::string& run_id) {
-  return "cohort/" + run_id;
-}
-std::string node(int round, int node_rank) {
-  return "round/" + std::to_string(round) + "/node/" + std::to_string(node_rank);
-}
-std::string done_count(int round) {
-  return "round/" + std::to_string(round) + "/done";
-}
-std::string outcome(int round) {
-  return "round/" + std::to_string(round) + "/outcome";
-}
-std::string failures(int round, int node_rank) {
-  return "round/" + std::to_string(round) + "/failures/" + std::to_string(node_rank);
-}
-std::string exit_count(int round) {
-  return "round/" + std::to_string(round) + "/exit";
-}
-std::string status(int node_rank) {
-  return "status/" + std::to_string(node_rank);
-}
-}  // namespace keys
-
 namespace round_ops {
 
 std::vector<NodeInfo> exchange_node_info(Store& store, int round, const NodeInfo& self, int nnodes,
@@ -111,7 +86,7 @@ std::vector<WorkerFailure> collect_failures(Store& store, int round, int nnodes)
 
 void exit_barrier(Store& store, int round, int nnodes, bool wait_for_all,
                   std::chrono::milliseconds timeout) {
-  std::string all_out = keys::exit_count(round) + "/all";
+  std::string all_out = keys::exit_all(round);
   if (store.add(keys::exit_count(round), 1) == nnodes) store.set(all_out, "1");
   if (wait_for_all) {
     std::vector<std::string> k{all_out};

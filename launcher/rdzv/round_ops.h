@@ -1,8 +1,9 @@
 // The per-round bookkeeping every node agent does in the store, whichever rendezvous formed the
 // round: node records, the round's outcome (decided once, by compare_set: the first node to report
 // a failure, or the last to report success, decides it), failure reports, the success count and
-// the exit barrier. Every key lives under the run's prefix, "cohort/<run_id>/" (keys::run_prefix),
-// so co-located jobs never mix. Every function blocks; StoreBridge runs them on its thread.
+// the exit barrier. Every key lives under the run's prefix, "cohort/<run_id>/" (keys::run_prefix,
+// rdzv/store_keys.h), so co-located jobs never mix. Every function blocks; StoreBridge runs them on
+// its thread.
 #pragma once
 
 #include <chrono>
@@ -13,19 +14,9 @@
 #include "cohort/rdzv/store.h"
 #include "failure/failure.h"
 #include "rdzv/round_types.h"
+#include "rdzv/store_keys.h"
 
 namespace cohort::launch {
-
-// Store keys, relative to the run prefix.
-namespace keys {
-std::string run_prefix(const std::string& run_id);  // "cohort/<run_id>"
-std::string node(int round, int node_rank);
-std::string done_count(int round);
-std::string outcome(int round);
-std::string failures(int round, int node_rank);
-std::string exit_count(int round);
-std::string status(int node_rank);  // the node's NodeStatus (node_status.h), refreshed as it runs
-}  // namespace keys
 
 namespace round_ops {
 

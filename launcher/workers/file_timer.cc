@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cohort/base/random.h"
+#include "cohort/base/worker_env_names.h"
 #include "cohort/error.h"
 
 namespace cohort::launch {
@@ -30,7 +31,7 @@ constexpr double kMaxIntervalS = 0.1;
 }  // namespace
 
 std::string file_timer_path(const EnvMap& env) {
-  auto enabled = env.find("TORCHELASTIC_ENABLE_FILE_TIMER");
+  auto enabled = env.find(worker_env::kEnableFileTimer);
   if (enabled == env.end() || enabled->second != "1") return "";
   auto named = env.find("TORCHELASTIC_TIMER_FILE");
   if (named != env.end() && !named->second.empty()) return named->second;

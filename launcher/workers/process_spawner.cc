@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "cohort/base/worker_env_names.h"
 #include "cohort/error.h"
 
 namespace cohort::launch {
@@ -205,7 +206,8 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
   }
   // Everything the child needs is built before it starts: it allocates nothing.
   std::vector<std::string> env = req.env;
-  if (hb.write >= 0) env.push_back("COHORT_HEARTBEAT_FD=" + std::to_string(hb.write));
+  if (hb.write >= 0)
+    env.push_back(std::string(worker_env::kHeartbeatFd) + "=" + std::to_string(hb.write));
   std::vector<char*> argv, envp;
   for (const auto& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

@@ -69,7 +69,7 @@ struct WorkerGroup::Worker {
   std::shared_ptr<StreamPump> out_pump;
   std::shared_ptr<StreamPump> err_pump;
   char beat_buf[256];
-  HeartbeatStream beats;
+  heartbeat_pipe::HeartbeatParser beats;
   std::optional<std::chrono::steady_clock::time_point> last_beat;
 
   bool output_open() const {

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "cohort/base/heartbeat_line.h"
 #include "failure/failure.h"
-#include "workers/heartbeat_stream.h"
 #include "loop/loop_clock.h"
 #include "workers/output.h"
 #include "workers/process_spawner.h"
@@ -86,7 +86,7 @@ struct WorkerReading {
   bool running = false;
   bool failed = false;  // exited and reported with a failure status
   std::optional<std::chrono::steady_clock::time_point> last_beat;
-  std::optional<StepReport> last_step;
+  std::optional<heartbeat_pipe::StepReport> last_step;
 };
 
 class WorkerGroup {

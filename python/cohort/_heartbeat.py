@@ -1,4 +1,8 @@
-"""The heartbeat pipe cohortrun gives each worker (COHORT_HEARTBEAT_FD), written without blocking."""
+"""The heartbeat pipe cohortrun gives each worker (COHORT_HEARTBEAT_FD), written without blocking.
+
+The bytes are the contract in base/include/cohort/base/heartbeat_line.h (a beat: one byte b; a step
+report: one line "S <step> <step_s> <items_per_s> <comm_s>"), which cohortrun parses;
+tests/base/python_heartbeat_test.cc holds this writer to that parser."""
 import os
 import time
 

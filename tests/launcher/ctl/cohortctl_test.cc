@@ -143,7 +143,7 @@ class CohortctlTest : public ::testing::Test {
     n.nproc = 4;
     n.host = "g0";
     p.set(keys::node(1, 0), to_json(n));
-    p.compare_set("rdzv/current", "", "2");
+    p.compare_set(keys::current_round(), "", "2");
     p.set("rdzv/round/2/state", "opaque: not read");
   }
 

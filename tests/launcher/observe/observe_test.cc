@@ -1,9 +1,9 @@
-// The pure parts of a running job's observation: the heartbeat pipe's step reports, the straggler
-// check, and the status record (tests/launcher/observe/observe_job.py runs them in real jobs).
+// The pure parts of a running job's observation: the straggler check and the status record
+// (tests/launcher/observe/observe_job.py runs them in real jobs; the heartbeat pipe's reports are
+// tested with their contract, tests/base/heartbeat_line_test.cc).
 #include <gtest/gtest.h>
 
 #include "cohort/error.h"
-#include "workers/heartbeat_stream.h"
 #include "observe/node_status.h"
 #include "observe/straggler_check.h"
 
@@ -11,39 +11,6 @@ namespace cohort::launch {
 namespace {
 
 using namespace std::chrono_literals;
-
-TEST(HeartbeatStream, BeatsAndReportsCutAnywhereAreRead) {
-  HeartbeatStream s;
-  EXPECT_TRUE(s.feed("bb"));
-  EXPECT_FALSE(s.last_step().has_value());
-  const std::string line = "S 42 0.25 128 0.05\n";
-  // Cut at every byte: the report is put back together, and the part before its end is no beat.
-  for (size_t cut = 1; cut < line.size(); ++cut) {
-    HeartbeatStream t;
-    EXPECT_FALSE(t.feed(line.substr(0, cut))) << cut;
-    EXPECT_TRUE(t.feed(line.substr(cut))) << cut;
-    ASSERT_TRUE(t.last_step().has_value()) << cut;
-    EXPECT_EQ(t.last_step()->step, 42);
-    EXPECT_DOUBLE_EQ(t.last_step()->step_s, 0.25);
-    EXPECT_DOUBLE_EQ(t.last_step()->items_per_s, 128);
-    EXPECT_DOUBLE_EQ(t.last_step()->comm_s, 0.05);
-  }
-  EXPECT_TRUE(s.feed("bS 43 0.5 64 0.1\nb"));
-  EXPECT_EQ(s.last_step()->step, 43);
-}
-
-TEST(HeartbeatStream, MalformedAndOverlongLinesAreDroppedWhole) {
-  HeartbeatStream s;
-  s.feed("S 1 0.1 10 0.01\n");
-  s.feed("S nonsense\n");
-  s.feed("S 2 -0.1 10 0.01\n");
-  s.feed("S 3 0.1 10 0.01 trailing\n");
-  s.feed("S " + std::string(10000, '7') + "\n");
-  EXPECT_EQ(s.malformed(), 4u);
-  EXPECT_EQ(s.last_step()->step, 1);  // the last good one stands
-  s.feed("S 4 0.1 10 0.01\n");
-  EXPECT_EQ(s.last_step()->step, 4);
-}
 
 TEST(StragglerCheck, ASlowRankIsNamedOnlyAfterTheWindowAndClearedWhenItRecovers) {
   StragglerCheck c(1.5, 2000ms);

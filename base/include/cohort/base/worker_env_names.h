@@ -1,0 +1,54 @@
+// The environment contract between cohortrun (launcher/workers/worker_env.cc and
+// process_spawner.cc write it) and the workers it starts (libcohort's Context::from_env in
+// worker_runtime/context.cc, its heartbeats and error files, and the Python module in
+// python/cohort/ read it): every variable's name, in one place.
+//
+// torchrun's variables keep torchrun's names and value formats (docs/TORCHRUN.md §3.2), so a
+// PyTorch script reads them unchanged; cohortrun's own extras are COHORT_*.
+#pragma once
+
+namespace cohort::worker_env {
+
+// ---- torchrun's ---------------------------------------------------------------------------------
+inline constexpr const char* kRank = "RANK";                        // global rank
+inline constexpr const char* kLocalRank = "LOCAL_RANK";             // rank on this node
+inline constexpr const char* kWorldSize = "WORLD_SIZE";             // ranks in the job
+inline constexpr const char* kLocalWorldSize = "LOCAL_WORLD_SIZE";  // ranks on this node
+inline constexpr const char* kGroupRank = "GROUP_RANK";             // the node's rank
+inline constexpr const char* kGroupWorldSize = "GROUP_WORLD_SIZE";  // nodes in the job
+inline constexpr const char* kRoleRank = "ROLE_RANK";
+inline constexpr const char* kRoleName = "ROLE_NAME";
+inline constexpr const char* kRoleWorldSize = "ROLE_WORLD_SIZE";
+inline constexpr const char* kMasterAddr = "MASTER_ADDR";  // the workers' store
+inline constexpr const char* kMasterPort = "MASTER_PORT";
+inline constexpr const char* kRestartCount = "TORCHELASTIC_RESTART_COUNT";  // the round's restarts
+inline constexpr const char* kMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr const char* kRunId = "TORCHELASTIC_RUN_ID";
+// "True": MASTER_ADDR:MASTER_PORT is a store the agents serve; rank 0 must not host one.
+inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
+// Where a dying worker writes its error file (cohort/base/error_file_format.h).
+inline constexpr const char* kErrorFile = "TORCHELASTIC_ERROR_FILE";
+inline constexpr const char* kSignalsToHandle = "TORCHELASTIC_SIGNALS_TO_HANDLE";
+inline constexpr const char* kEnableFileTimer = "TORCHELASTIC_ENABLE_FILE_TIMER";
+inline constexpr const char* kTorchNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+
+// ---- cohortrun's own ----------------------------------------------------------------------------
+// The write end of the worker's heartbeat pipe (cohort/base/heartbeat_line.h).
+inline constexpr const char* kHeartbeatFd = "COHORT_HEARTBEAT_FD";
+// The job's store token, as a file's path (0600, removed when the agent ends) or, for plans made
+// without the file, the token itself. libcohort reads it and takes both out of its environment.
+inline constexpr const char* kStoreTokenFile = "COHORT_STORE_TOKEN_FILE";
+inline constexpr const char* kStoreToken = "COHORT_STORE_TOKEN";
+// Seconds a libcohort collective may take (--collective-timeout).
+inline constexpr const char* kTimeoutSeconds = "COHORT_TIMEOUT_S";
+// The agent's identity: the reaper finds the agent's descendants by it.
+inline constexpr const char* kAgentId = "COHORT_AGENT_ID";
+inline constexpr const char* kNodeRank = "COHORT_NODE_RANK";
+inline constexpr const char* kNnodes = "COHORT_NNODES";
+// Read by libcohort only (set by hand or by tests): the store's dialect ("1.13" or current), and
+// the address libcohort's CPU group listens on.
+inline constexpr const char* kStoreDialect = "COHORT_STORE_DIALECT";
+inline constexpr const char* kSocketAddr = "COHORT_SOCKET_ADDR";
+
+}  // namespace cohort::worker_env

@@ -1,0 +1,58 @@
+// The heartbeat pipe's contract (cohort/base/heartbeat_line.h): what a worker writes, cohortrun
+// reads back, in whatever pieces the pipe delivers.
+#include "cohort/base/heartbeat_line.h"
+
+#include <gtest/gtest.h>
+
+namespace cohort::heartbeat_pipe {
+namespace {
+
+TEST(HeartbeatLine, AnEncodedReportParsesBackToItsValues) {
+  StepReport r{123456789, 0.0123456, 98765.4, 0.000321};
+  const std::string line = encode_step_report(r);
+  EXPECT_EQ(line, "S 123456789 0.0123456 98765.4 0.000321\n");
+  HeartbeatParser p;
+  EXPECT_TRUE(p.feed(line));
+  ASSERT_TRUE(p.last_step().has_value());
+  EXPECT_EQ(p.last_step()->step, r.step);
+  EXPECT_DOUBLE_EQ(p.last_step()->step_s, r.step_s);
+  EXPECT_DOUBLE_EQ(p.last_step()->items_per_s, r.items_per_s);
+  EXPECT_DOUBLE_EQ(p.last_step()->comm_s, r.comm_s);
+  EXPECT_EQ(p.malformed(), 0u);
+}
+
+TEST(HeartbeatLine, BeatsAndReportsCutAnywhereAreRead) {
+  HeartbeatParser s;
+  EXPECT_TRUE(s.feed(std::string(2, kBeat)));
+  EXPECT_FALSE(s.last_step().has_value());
+  const std::string line = "S 42 0.25 128 0.05\n";
+  // Cut at every byte: the report is put back together, and the part before its end is no beat.
+  for (size_t cut = 1; cut < line.size(); ++cut) {
+    HeartbeatParser t;
+    EXPECT_FALSE(t.feed(line.substr(0, cut))) << cut;
+    EXPECT_TRUE(t.feed(line.substr(cut))) << cut;
+    ASSERT_TRUE(t.last_step().has_value()) << cut;
+    EXPECT_EQ(t.last_step()->step, 42);
+    EXPECT_DOUBLE_EQ(t.last_step()->step_s, 0.25);
+    EXPECT_DOUBLE_EQ(t.last_step()->items_per_s, 128);
+    EXPECT_DOUBLE_EQ(t.last_step()->comm_s, 0.05);
+  }
+  EXPECT_TRUE(s.feed("bS 43 0.5 64 0.1\nb"));
+  EXPECT_EQ(s.last_step()->step, 43);
+}
+
+TEST(HeartbeatLine, MalformedAndOverlongLinesAreDroppedWhole) {
+  HeartbeatParser s;
+  s.feed("S 1 0.1 10 0.01\n");
+  s.feed("S nonsense\n");
+  s.feed("S 2 -0.1 10 0.01\n");
+  s.feed("S 3 0.1 10 0.01 trailing\n");
+  s.feed("S " + std::string(10000, '7') + "\n");
+  EXPECT_EQ(s.malformed(), 4u);
+  EXPECT_EQ(s.last_step()->step, 1);  // the last good one stands
+  s.feed("S 4 0.1 10 0.01\n");
+  EXPECT_EQ(s.last_step()->step, 4);
+}
+
+}  // namespace
+}  // namespace cohort::heartbeat_pipe
