@@ -99,6 +99,9 @@ int run_status(const CtlConfig& c) {
     o.host = hp.host;
     o.port = hp.port;
     if (!c.token_file.empty()) o.auth_token = auth::read_token_file(c.token_file);
+  } catch (const UsageError& e) {  // a bad --store or --token-file: exit 2, as usage errors do
+    std::fprintf(stderr, "cohortctl: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cohortctl: %s\n", e.what());
     return 1;

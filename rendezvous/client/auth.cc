@@ -1,5 +1,4 @@
 #include "cohort/rdzv/auth.h"
-#include "cohort/error.h"
 
 #include <arpa/inet.h>
 #include <openssl/crypto.h>
@@ -8,9 +7,11 @@
 #include <openssl/rand.h>
 #include <sys/stat.h>
 
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include "cohort/base/regular_file.h"
+#include "cohort/error.h"
 
 namespace cohort::auth {
 namespace {
@@ -85,11 +86,7 @@ bool same_proof(std::string_view a, std::string_view b) {
 }
 
 std::string read_token_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw IoError("cannot read the token file " + path, errno);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string t = ss.str();
+  std::string t = read_regular_file(path, "the token file", {.max_bytes = kMaxTokenFileBytes});
   size_t a = t.find_first_not_of(" \t\r\n"), b = t.find_last_not_of(" \t\r\n");
   if (a == std::string::npos) throw UsageError("the token file " + path + " is empty");
   return t.substr(a, b - a + 1);

@@ -866,6 +866,12 @@ def store_greedy_gets(ctx):
                "side by side)")
 
 
+# The rows of cohortd under hostile clients, disks and files (scripts/faults/store_hostile.py):
+# registered here, after the rows above, with this module's helpers.
+sys.modules.setdefault("run_faults", sys.modules[__name__])
+import store_hostile  # noqa: E402,F401
+
+
 # ---- a real cluster's mistakes and stragglers ------------------------------------------------------
 
 INTEROP = os.path.join(ROOT, "tests", "interop")

@@ -3,6 +3,7 @@
 #include "cohort/error.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include "cohort/rdzv/cohortd.h"
@@ -247,6 +249,58 @@ TEST(Auth, TokenFiles) {
   EXPECT_THROW(auth::read_token_file(path), std::runtime_error);
   ::unlink(path.c_str());
   EXPECT_THROW(auth::read_token_file(path), std::runtime_error);
+}
+
+// Reads `path` as a token file on a thread of its own; the error's text, "" when it was read,
+// "hung" when it did not return within 5 s (a FIFO with no writer, before the reader opened
+// files without blocking: the writer this test then opens releases it).
+std::string token_file_error(const std::string& path) {
+  auto result = std::async(std::launch::async, [path]() -> std::string {
+    try {
+      auth::read_token_file(path);
+      return "";
+    } catch (const UsageError& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("not a UsageError: ") + e.what();
+    }
+  });
+  if (result.wait_for(5s) == std::future_status::ready) return result.get();
+  int unblock = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+  result.wait();
+  if (unblock >= 0) ::close(unblock);
+  return "hung";
+}
+
+TEST(Auth, TokenFilesAreReadOnlyWhenRegularAndSmall) {
+  const std::string dir = "/tmp/cohort_token_kinds_" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  const std::string fifo = dir + "/fifo", big = dir + "/big", good = dir + "/token",
+                    link = dir + "/link", zero_link = dir + "/zero";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  {
+    std::ofstream(big).close();
+    ASSERT_EQ(::truncate(big.c_str(), 200 << 20), 0);  // sparse: no disk spent
+    std::ofstream(good) << "0123456789abcdef0123\n";
+  }
+  // A Kubernetes secret is a link (token -> ..data/token): followed, and read.
+  ASSERT_EQ(::symlink(good.c_str(), link.c_str()), 0);
+  ASSERT_EQ(::symlink("/dev/zero", zero_link.c_str()), 0);
+
+  std::string e = token_file_error(fifo);
+  EXPECT_NE(e.find(fifo + " is a FIFO, not a regular file"), std::string::npos) << e;
+  for (const std::string& zero : {std::string("/dev/zero"), zero_link}) {
+    e = token_file_error(zero);
+    EXPECT_NE(e.find(zero + " is a character device, not a regular file"), std::string::npos) << e;
+  }
+  e = token_file_error(big);
+  EXPECT_NE(e.find(big + " is 209715200 bytes; at most 65536 are read"), std::string::npos) << e;
+  e = token_file_error(dir);
+  EXPECT_NE(e.find(dir + " is a directory"), std::string::npos) << e;
+  EXPECT_EQ(auth::read_token_file(link), "0123456789abcdef0123");
+
+  for (const auto& f : {fifo, big, good, link, zero_link}) ::unlink(f.c_str());
+  ::rmdir(dir.c_str());
 }
 
 TEST(Auth, ShortTokensAreRefusedAndReadableFilesWarned) {

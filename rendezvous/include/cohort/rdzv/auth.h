@@ -50,8 +50,16 @@ std::string prove_mutual(std::string_view token, std::string_view role, std::str
 // Constant-time comparison of two proofs.
 bool same_proof(std::string_view a, std::string_view b);
 
-// Reads a token file: its content without surrounding whitespace. Throws std::runtime_error
-// naming the file when it cannot be read or is empty.
+// The largest token file read: a token is tens of bytes (a JWT a few KiB); a path to something
+// else (a log, an image, /dev/zero) is refused instead of read.
+inline constexpr size_t kMaxTokenFileBytes = 64 * 1024;
+
+// Reads a token file: its content without surrounding whitespace. The one reader of cohortd,
+// cohortrun, cohortctl and libcohort's workers. Only a regular file of at most kMaxTokenFileBytes
+// is read (cohort/base/regular_file.h: opened without blocking, so a FIFO cannot hang it); a
+// symbolic link is followed, since mounted secrets (Kubernetes, Docker, systemd credentials) are
+// links, and its target is judged like a file named directly. Throws UsageError naming the file
+// when it is not a regular file, is too large or is empty; IoError when it cannot be read.
 std::string read_token_file(const std::string& path);
 
 // The shortest token cohortd accepts: a guessable token protects nothing.
