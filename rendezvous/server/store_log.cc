@@ -14,7 +14,6 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <stdexcept>
 #include <system_error>
@@ -22,6 +21,7 @@
 
 #include "cohort/error.h"
 #include "cohort/rdzv/codec.h"
+#include "server/log_file.h"
 
 namespace cohort::rdzv {
 namespace {
@@ -31,11 +31,6 @@ constexpr char kMagic[8] = {'C', 'O', 'H', 'O', 'R', 'T', 'L', 'G'};
 constexpr uint32_t kVersion = 2, kOldestVersion = 1;
 constexpr size_t kHeader = 12;
 enum Entry : uint8_t { kSet = 1, kDelete = 2, kReply = 3, kAppend = 4 };
-
-uint32_t crc(std::string_view s) {
-  return static_cast<uint32_t>(
-      ::crc32(0, reinterpret_cast<const Bytef*>(s.data()), static_cast<uInt>(s.size())));
-}
 
 Error io_error(const std::string& what, const std::string& path) {
   return Error("store log " + path + ": " + what + ": " + std::strerror(errno));
@@ -55,26 +50,9 @@ void write_all(int fd, std::string_view data, const std::string& path) {
 std::string frame(const std::string& payload) {
   std::string out;
   put_u32(&out, static_cast<uint32_t>(payload.size()));
-  put_u32(&out, crc(payload));
+  put_u32(&out, log_crc(payload));
   out.append(payload);
   return out;
-}
-
-// True when a whole, CRC-valid record starts at some offset from `from` on: the damage before it is
-// then in the middle of the log, which a torn last write cannot explain. Bounded: after
-// checksumming kScanBudget bytes it gives up and answers true (damage), the safe side.
-bool valid_record_after(const std::string& data, size_t from) {
-  constexpr uint64_t kScanBudget = 256ull << 20;
-  uint64_t spent = 0;
-  for (size_t p = from; p + 8 < data.size(); ++p) {
-    uint32_t len, sum;
-    std::memcpy(&len, data.data() + p, 4);
-    std::memcpy(&sum, data.data() + p + 4, 4);
-    if (len == 0 || len > data.size() - p - 8) continue;
-    if ((spent += len) > kScanBudget) return true;
-    if (crc(std::string_view(data.data() + p + 8, len)) == sum) return true;
-  }
-  return false;
 }
 
 std::string header() {
@@ -171,74 +149,80 @@ void StoreLog::replay() {
     if (errno == ENOENT) return;
     throw io_error("cannot open", path_);
   }
-  std::string data;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      ::close(fd);
-      throw io_error("cannot read", path_);
-    }
-    if (n == 0) break;
-    data.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  if (data.empty()) {
+  // Closed on every way out; replay throws on a bad header, damage and I/O errors.
+  std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw io_error("cannot examine", path_);
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  if (file_size == 0) {
     empty_file_ = true;
     return;
   }
-  if (data.size() < kHeader || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
+  // A record at a time: the file is never in memory whole, only the largest record.
+  LogReader in(fd, path_);
+  char head[kHeader];
+  if (!in.read(head, kHeader) || std::memcmp(head, kMagic, sizeof(kMagic)) != 0) {
     throw Error("store log " + path_ +
                 " is not a cohortd log (bad magic); move it away to start "
                 "with an empty store");
   }
   uint32_t version;
-  std::memcpy(&version, data.data() + 8, 4);
+  std::memcpy(&version, head + 8, 4);
   if (version < kOldestVersion || version > kVersion) {
     throw Error("store log " + path_ + " has version " + std::to_string(version) +
                 ", this cohortd reads versions " + std::to_string(kOldestVersion) + " to " +
                 std::to_string(kVersion));
   }
   version_ = version;
-  size_t pos = kHeader;
+  uint64_t pos = kHeader;
   bool damaged = false;
-  while (pos < data.size()) {
-    WireReader r(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()) + pos,
-                                          data.size() - pos));
+  std::string payload;
+  while (pos < file_size) {
+    char frame_head[8];
     uint32_t len, sum;
-    if (!r.u32(&len) || !r.u32(&sum) || r.left() < len) {
+    if (file_size - pos < 8 || !in.read(frame_head, 8)) {
       damaged = true;
       break;
     }
-    std::string_view payload(data.data() + pos + 8, len);
-    if (crc(payload) != sum || !apply_batch(payload)) {
+    std::memcpy(&len, frame_head, 4);
+    std::memcpy(&sum, frame_head + 4, 4);
+    if (len > file_size - pos - 8) {
+      damaged = true;
+      break;
+    }
+    payload.resize(len);
+    if (!in.read(payload.data(), len) || log_crc(payload) != sum || !apply_batch(payload)) {
       damaged = true;
       break;
     }
     ++replayed_;
     pos += 8 + len;
+    if (payload.capacity() > (1u << 20)) std::string().swap(payload);  // a large one's buffer
   }
   if (damaged) {
-    if (valid_record_after(data, pos + 1)) {
+    if (valid_record_after(fd, file_size, pos + 1, path_)) {
       if (!accept_damage_) {
         throw Error("store log " + path_ + " is damaged at offset " + std::to_string(pos) + " of " +
-                    std::to_string(data.size()) + " bytes (after record " +
+                    std::to_string(file_size) + " bytes (after record " +
                     std::to_string(replayed_) +
                     "), and valid records follow: not a torn last write. cohortd left the file "
                     "as it is. Restore it from a copy, or start with --accept-log-damage to "
                     "keep what precedes the damage (the file is first copied aside)");
       }
-      damaged_copy_ = path_ + ".damaged-" + std::to_string(::time(nullptr));
-      std::error_code ec;
-      std::filesystem::copy_file(path_, damaged_copy_, ec);
-      if (ec) throw Error("cannot copy the damaged " + path_ + " aside: " + ec.message());
+      // The copy is on disk, with its name in the directory, before the log loses a byte.
+      damaged_copy_ = copy_aside_durably(fd, file_size, path_, dir_);
     }
-    // Cut the damage off, so appends continue from the last good record.
+    // Cut the damage off, so appends continue from the last good record; synced, so that a
+    // crash cannot bring the damage back behind records appended after it.
     torn_tail_ = true;
-    dropped_bytes_ = data.size() - pos;
-    if (::truncate(path_.c_str(), static_cast<off_t>(pos)) != 0)
-      throw io_error("cannot truncate", path_);
+    dropped_bytes_ = file_size - pos;
+    int w = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    if (w < 0) throw io_error("cannot open", path_);
+    const bool cut = ::ftruncate(w, static_cast<off_t>(pos)) == 0 && ::fsync(w) == 0;
+    const int err = errno;
+    ::close(w);
+    errno = err;
+    if (!cut) throw io_error("cannot truncate", path_);
   }
   size_ = pos;
 }

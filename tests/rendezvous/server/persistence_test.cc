@@ -168,6 +168,69 @@ TEST_F(PersistenceTest, DamageBeforeTheLastRecordIsRefusedUnlessTheLossIsAccepte
   EXPECT_TRUE(copied) << "no copy of the damaged log";
 }
 
+// Writes `keys` keys through a StoreLog in dir, then flips a byte in the middle of store.log;
+// returns the damaged bytes.
+std::string damaged_log(const std::string& dir, int keys) {
+  NoListener none;
+  {
+    StoreState state(&none, 0);
+    StoreLog journal(dir, &state, FsyncPolicy::kNever, /*accept_damage=*/true);
+    for (int i = 0; i < keys; ++i) state.set("k" + std::to_string(i), std::string(40, 'v'));
+  }
+  const std::string log = dir + "/store.log";
+  std::ifstream f(log, std::ios::binary);
+  std::string bytes(std::istreambuf_iterator<char>(f), {});
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x20);
+  std::ofstream(log, std::ios::binary | std::ios::trunc) << bytes;
+  return bytes;
+}
+
+TEST_F(PersistenceTest, EachAcceptedDamageIsCopiedAsideUnderANameOfItsOwn) {
+  // Twice within a second (copies were named by the second: the second one was refused).
+  const std::string first = damaged_log(dir_, 200);
+  NoListener none;
+  std::string copies[2];
+  {
+    StoreState state(&none, 0);
+    StoreLog journal(dir_, &state, FsyncPolicy::kNever, true);
+    copies[0] = journal.damaged_copy();
+  }
+  const std::string second = damaged_log(dir_, 300);
+  {
+    StoreState state(&none, 0);
+    StoreLog journal(dir_, &state, FsyncPolicy::kNever, true);
+    copies[1] = journal.damaged_copy();
+  }
+  ASSERT_FALSE(copies[0].empty());
+  ASSERT_FALSE(copies[1].empty());
+  EXPECT_NE(copies[0], copies[1]);
+  for (int i = 0; i < 2; ++i) {
+    std::ifstream f(copies[i], std::ios::binary);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), i == 0 ? first : second)
+        << copies[i];
+  }
+}
+
+TEST_F(PersistenceTest, ALogThatIsDueIsCompactedAtStartBeforeAnythingIsServed) {
+  // Three generations of 4 keys of 1 MiB, as a cohortd killed before its first compaction check
+  // (a second after its start) leaves them: 12 MiB of log for 4 MiB of data.
+  NoListener none;
+  {
+    StoreState state(&none, 0);
+    StoreLog journal(dir_, &state, FsyncPolicy::kNever);
+    for (char gen : {'a', 'b', 'c'})
+      for (int i = 0; i < 4; ++i) state.set("k" + std::to_string(i), std::string(1 << 20, gen));
+  }
+  const std::string log = dir_ + "/store.log";
+  ASSERT_GT(std::filesystem::file_size(log), 12u << 20);
+  StoreServerThread server(options());
+  // Compacted by the time the server listens: no compaction check (a second on) has run yet.
+  EXPECT_LT(std::filesystem::file_size(log), 5u << 20);
+  EXPECT_FALSE(std::filesystem::exists(log + ".compact"));
+  TcpStore s(client(server.port()));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(s.get("k" + std::to_string(i)), std::string(1 << 20, 'c'));
+}
+
 TEST_F(PersistenceTest, NotALogIsRefusedNamingTheFile) {
   std::ofstream(dir_ + "/store.log") << "something else entirely";
   try {
