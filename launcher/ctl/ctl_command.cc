@@ -13,9 +13,9 @@
 #include "cohort/error.h"
 #include "cohort/rdzv/auth.h"
 #include "cohort/rdzv/tcp_store.h"
-#include "failure/failure.h"
 #include "ctl/job_status.h"
 #include "ctl/status_view.h"
+#include "failure/failure.h"
 
 namespace cohort::launch {
 namespace {

@@ -14,11 +14,11 @@
 #include <future>
 #include <thread>
 
+#include "../hex.h"
+#include "../raw_client.h"
 #include "cohort/rdzv/cohortd.h"
 #include "cohort/rdzv/server.h"
 #include "cohort/rdzv/tcp_store.h"
-#include "../hex.h"
-#include "../raw_client.h"
 
 namespace cohort {
 namespace {

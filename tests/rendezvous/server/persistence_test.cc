@@ -12,11 +12,11 @@
 #include <thread>
 
 #include "../../common/subprocess.h"
+#include "../hex.h"
+#include "../raw_client.h"
 #include "cohort/error.h"
 #include "cohort/rdzv/server.h"
 #include "cohort/rdzv/tcp_store.h"
-#include "../hex.h"
-#include "../raw_client.h"
 #include "server/store_log.h"
 #include "server/store_state.h"
 
