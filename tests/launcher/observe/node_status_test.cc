@@ -1,0 +1,53 @@
+// The status record a node agent publishes and cohortctl reads: a contract between versions
+// (fields are only added; unknown ones are ignored).
+#include "observe/node_status.h"
+
+#include <gtest/gtest.h>
+
+#include "cohort/error.h"
+
+namespace cohort::launch {
+namespace {
+
+TEST(NodeStatus, RoundTripsAndReadsRecordsWithFieldsItDoesNotKnow) {
+  NodeStatus s;
+  s.node_rank = 1;
+  s.host = "n2";
+  s.round = 3;
+  s.state = "running";
+  s.restarts = 1;
+  s.max_restarts = 3;
+  s.nnodes = 2;
+  s.updated = 1764790000.25;
+  WorkerStatus w;
+  w.rank = 5;
+  w.local_rank = 1;
+  w.pid = 77;
+  w.state = "running";
+  w.step = 120;
+  w.step_s = 0.05;
+  w.gpu = "thermal throttle at 91 C";
+  s.workers.push_back(w);
+  WorkerStatus quiet;  // no reports: its unknowns stay unknown
+  quiet.rank = 6;
+  quiet.local_rank = 2;
+  quiet.state = "running";
+  s.workers.push_back(quiet);
+  s.stragglers.push_back({5, "n2", 2.5, "thermal throttle at 91 C"});
+  NodeStatus r = node_status_from_json(to_json(s));
+  EXPECT_EQ(r.host, "n2");
+  EXPECT_EQ(r.round, 3);
+  ASSERT_EQ(r.workers.size(), 2u);
+  EXPECT_EQ(r.workers[0].step, 120);
+  EXPECT_EQ(r.workers[0].gpu, "thermal throttle at 91 C");
+  EXPECT_FALSE(r.workers[1].step.has_value());
+  EXPECT_FALSE(r.workers[1].heartbeat_age_s.has_value());
+  ASSERT_EQ(r.stragglers.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.stragglers[0].ratio, 2.5);
+  EXPECT_EQ(node_status_from_json(R"({"node_rank": 0, "future_field": [1, 2]})").node_rank, 0);
+  EXPECT_THROW(node_status_from_json("{\"host\": \"x\"}"), ProtocolError);
+  EXPECT_THROW(node_status_from_json("not json"), ProtocolError);
+}
+
+}  // namespace
+}  // namespace cohort::launch
