@@ -4,9 +4,6 @@
 #include <gtest/gtest.h>
 
 #include "cohort/error.h"
-#include "plan/entrypoint.h"
-#include "plan/node_resources.h"
-#include "plan/slurm_mode.h"
 
 namespace cohort::launch {
 namespace {
@@ -224,91 +221,6 @@ TEST(Cli, HelpVersionAndCompletionComeFromTheTable) {
   EXPECT_NE(completion.result.text.find("complete -F _cohortrun cohortrun"), std::string::npos);
   EXPECT_NE(completion.result.text.find("--nproc_per_node"), std::string::npos);
   EXPECT_NE(usage_error({"--print-completion", "fish"}).find("bash"), std::string::npos);
-}
-
-TEST(EntryPoint, PythonModuleAndDirect) {
-  std::map<std::string, std::string> env{{"PATH", "/usr/bin:/bin"}};
-  LaunchConfig c;
-  c.training_script = "train.py";
-  c.training_script_args = {"--lr", "1"};
-  auto cmd = build_worker_command(c, env);
-  EXPECT_EQ(cmd.argv, (std::vector<std::string>{"python3", "-u", "train.py", "--lr", "1"}));
-  EXPECT_EQ(cmd.title, "train.py");
-  env["PYTHON_EXEC"] = "/usr/bin/python3";
-  c.module = true;
-  c.training_script = "pkg.train";
-  EXPECT_EQ(build_worker_command(c, env).argv,
-            (std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.train", "--lr", "1"}));
-  c.module = false;
-  c.training_script = "true";  // an executable on PATH runs directly
-  EXPECT_EQ(build_worker_command(c, env).argv[0], "true");
-  c.training_script = "/bin/true";
-  EXPECT_EQ(build_worker_command(c, env).argv[0], "/bin/true");
-  c.training_script = "not_a_program_anywhere";
-  EXPECT_EQ(build_worker_command(c, env).argv[0], "/usr/bin/python3");
-}
-
-TEST(NodeResources, NprocPerNode) {
-  std::map<std::string, std::string> no_gpu{{"CUDA_VISIBLE_DEVICES", ""}};
-  EXPECT_EQ(resolve_nproc_per_node("4", no_gpu), 4);
-  EXPECT_EQ(resolve_nproc_per_node("cpu", no_gpu), cpu_count());
-  EXPECT_EQ(resolve_nproc_per_node("auto", no_gpu), cpu_count());
-  EXPECT_THROW(resolve_nproc_per_node("gpu", no_gpu), UsageError);
-  EXPECT_THROW(resolve_nproc_per_node("0", no_gpu), UsageError);
-  EXPECT_THROW(resolve_nproc_per_node("two", no_gpu), UsageError);
-  std::map<std::string, std::string> two{{"CUDA_VISIBLE_DEVICES", "0,3"}};
-  EXPECT_EQ(resolve_nproc_per_node("gpu", two), 2);
-  EXPECT_EQ(resolve_nproc_per_node("auto", two), 2);
-}
-
-TEST(SlurmMode, DerivesTheJobShapeFromAStep) {
-  auto p = parse({"--slurm", "train.py"});
-  ASSERT_EQ(p.result.action, CliAction::kLaunch);
-  ASSERT_TRUE(p.config.slurm);
-  std::map<std::string, std::string> env{
-      {"SLURM_JOB_ID", "1234"},      {"SLURM_STEP_ID", "0"},
-      {"SLURM_NODEID", "1"},         {"SLURM_STEP_NODELIST", "localhost,n2"},
-      {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_GPUS_ON_NODE", "4"},
-      {"SLURM_NTASKS_PER_NODE", "1"}};
-  std::vector<std::string> notes;
-  apply_slurm(&p.config, env, &notes);
-  EXPECT_EQ(p.config.max_nodes, 2);
-  EXPECT_EQ(p.config.node_rank, 1);
-  EXPECT_EQ(p.config.master_addr, "127.0.0.1");  // "localhost", resolved
-  EXPECT_EQ(p.config.master_port, 21234);
-  EXPECT_EQ(p.config.rdzv_id, "slurm-1234-0");
-  EXPECT_EQ(p.config.nproc_per_node, "4");  // GPUs first
-  EXPECT_NE(p.config.signals_to_handle.find("SIGUSR1"), std::string::npos);
-  EXPECT_NO_THROW(validate(&p.config));
-}
-
-TEST(SlurmMode, ExplicitFlagsWinAndTheBatchStepIsOneNode) {
-  auto p = parse({"--nnodes", "slurm", "--nproc-per-node", "2", "--master-port", "5000",
-                  "--rdzv-id", "mine", "train.py"});
-  ASSERT_EQ(p.result.action, CliAction::kLaunch);
-  std::map<std::string, std::string> env{{"SLURM_JOB_ID", "9"},
-                                         {"SLURM_JOB_NODELIST", "n[1-3]"},
-                                         {"SLURM_JOB_NUM_NODES", "3"},
-                                         {"SLURM_NTASKS_PER_NODE", "8"}};
-  std::vector<std::string> notes;
-  apply_slurm(&p.config, env, &notes);
-  EXPECT_EQ(p.config.max_nodes, 1);
-  EXPECT_EQ(p.config.nproc_per_node, "2");
-  EXPECT_EQ(p.config.master_port, 5000);
-  EXPECT_EQ(p.config.rdzv_id, "mine");
-  ASSERT_FALSE(notes.empty());
-  EXPECT_NE(notes.front().find("srun --ntasks-per-node=1"), std::string::npos);
-}
-
-TEST(SlurmMode, OutsideAnAllocationSaysSo) {
-  auto p = parse({"--slurm", "train.py"});
-  std::vector<std::string> notes;
-  try {
-    apply_slurm(&p.config, {}, &notes);
-    ADD_FAILURE() << "no error outside an allocation";
-  } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("SLURM_JOB_ID is not set"), std::string::npos);
-  }
 }
 
 }  // namespace
