@@ -73,11 +73,11 @@ std::string render_server_metrics(const ServerMetricsView& v) {
   out.sample("cohortd_parked_waits", {}, n(s.parked_waits));
   out.family("cohortd_keys", "gauge", "Keys in the store (queues not counted)");
   out.sample("cohortd_keys", {}, n(s.keys));
-  uint64_t bytes = 0;
-  v.state->for_each(
-      [&](const std::string& k, const std::string& val) { bytes += k.size() + val.size(); });
   out.family("cohortd_stored_bytes", "gauge", "Bytes of the store's keys and values");
-  out.sample("cohortd_stored_bytes", {}, n(bytes));
+  out.sample("cohortd_stored_bytes", {}, n(v.state->key_value_bytes()));
+  out.family("cohortd_queued_bytes", "gauge",
+             "Bytes of the items in the store's queues (QUEUE_PUSH), with their queues' keys");
+  out.sample("cohortd_queued_bytes", {}, n(v.state->queued_bytes()));
 
   if (v.journal) {
     const StoreLog& j = *v.journal;

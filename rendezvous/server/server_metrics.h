@@ -11,7 +11,8 @@
 //                                                   woken); its _count is the requests answered
 //   cohortd_requests_rejected_total{reason}         requests that closed their connection
 //   cohortd_auth_failures_total{reason}             no_token, wrong_token
-//   cohortd_parked_waits, cohortd_keys, cohortd_stored_bytes (keys and values)
+//   cohortd_parked_waits, cohortd_keys, cohortd_stored_bytes (keys and values),
+//   cohortd_queued_bytes (queued items)
 //   with --data-dir: cohortd_log_bytes, cohortd_log_written_bytes_total,
 //   cohortd_log_compactions_total, cohortd_log_fsync_lag_seconds, cohortd_log_replayed_records
 #pragma once

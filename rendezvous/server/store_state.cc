@@ -33,6 +33,22 @@ bool parse_like_stoll(std::string_view s, int64_t* out) {
 StoreState::StoreState(StoreListener* listener, size_t max_waiters)
     : listener_(listener), max_waiters_(max_waiters) {}
 
+StringMap<StoredValue>::iterator StoreState::insert_key(std::string_view key,
+                                                        std::string_view value) {
+  key_value_bytes_ += key.size() + value.size();
+  return data_.emplace(std::string(key), StoredValue(value)).first;
+}
+
+void StoreState::replace_value(StringMap<StoredValue>::iterator it, std::string_view value) {
+  key_value_bytes_ = key_value_bytes_ - it->second.size() + value.size();
+  it->second.assign(value);
+}
+
+void StoreState::erase_key(StringMap<StoredValue>::iterator it) {
+  key_value_bytes_ -= it->first.size() + it->second.size();
+  data_.erase(it);
+}
+
 bool StoreState::exists(std::string_view key) const {
   if (data_.find(key) != data_.end()) return true;
   auto q =
@@ -44,11 +60,11 @@ void StoreState::set(std::string_view key, std::string_view value) {
   Hold hold(this);
   auto it = data_.find(key);
   if (it == data_.end()) {
-    data_.emplace(std::string(key), std::string(value));
+    insert_key(key, value);
     notify_watchers(key, kWatchCreated, {}, value);
   } else {
-    std::string old = watchers_by_key_.empty() ? std::string() : std::move(it->second);
-    it->second.assign(value);
+    std::string old = watchers_by_key_.empty() ? std::string() : it->second.str();
+    replace_value(it, value);
     notify_watchers(key, kWatchUpdated, old, value);
   }
   changed(key);
@@ -57,6 +73,11 @@ void StoreState::set(std::string_view key, std::string_view value) {
 
 const std::string* StoreState::get(std::string_view key) const {
   auto it = data_.find(key);
+  return it == data_.end() ? nullptr : &it->second.str();
+}
+
+const StoredValue* StoreState::value(std::string_view key) const {
+  auto it = data_.find(key);
   return it == data_.end() ? nullptr : &it->second;
 }
 
@@ -64,16 +85,16 @@ bool StoreState::add(std::string_view key, int64_t delta, int64_t* result) {
   Hold hold(this);
   auto it = data_.find(key);
   int64_t current = 0;
-  if (it != data_.end() && !parse_like_stoll(it->second, &current)) return false;
+  if (it != data_.end() && !parse_like_stoll(it->second.view(), &current)) return false;
   // Wraps on overflow (PyTorch's signed overflow is undefined; we pick the defined wrap).
   int64_t sum = static_cast<int64_t>(static_cast<uint64_t>(current) + static_cast<uint64_t>(delta));
   std::string text = std::to_string(sum);
   if (it == data_.end()) {
-    data_.emplace(std::string(key), text);
+    insert_key(key, text);
     notify_watchers(key, kWatchCreated, {}, text);
   } else {
-    std::string old = std::move(it->second);
-    it->second = text;
+    std::string old = watchers_by_key_.empty() ? std::string() : it->second.str();
+    replace_value(it, text);
     notify_watchers(key, kWatchUpdated, old, text);
   }
   *result = sum;
@@ -90,14 +111,14 @@ std::string StoreState::compare_set(std::string_view key, std::string_view expec
     // PyTorch's quirk: a missing key with a non-empty `expected` is not written, and the reply
     // echoes `expected`.
     if (!expected.empty()) return std::string(expected);
-    data_.emplace(std::string(key), std::string(desired));
+    insert_key(key, desired);
     notify_watchers(key, kWatchCreated, {}, desired);
-  } else if (it->second == expected) {
-    std::string old = std::move(it->second);
-    it->second.assign(desired);
+  } else if (it->second.view() == expected) {
+    std::string old = watchers_by_key_.empty() ? std::string() : it->second.str();
+    replace_value(it, desired);
     notify_watchers(key, kWatchUpdated, old, desired);
   } else {
-    return it->second;
+    return it->second.str();
   }
   changed(key);
   // PyTorch 1.13's daemon does not wake waiters here (its libuv daemon does). A written key is a
@@ -114,8 +135,8 @@ bool StoreState::delete_key(std::string_view key) {
   Hold hold(this);
   auto it = data_.find(key);
   if (it == data_.end()) return false;
-  std::string old = std::move(it->second);
-  data_.erase(it);
+  std::string old = watchers_by_key_.empty() ? std::string() : it->second.str();
+  erase_key(it);
   notify_watchers(key, kWatchDeleted, old, {});
   if (journal_) journal_->on_change(key, nullptr);
   return true;
@@ -125,22 +146,33 @@ void StoreState::append(std::string_view key, std::string_view value) {
   Hold hold(this);
   auto it = data_.find(key);
   if (it == data_.end()) {
-    data_.emplace(std::string(key), std::string(value));
+    it = insert_key(key, value);
     notify_watchers(key, kWatchCreated, {}, value);
   } else {
-    std::string old = watchers_by_key_.empty() ? std::string() : it->second;
+    std::string old = watchers_by_key_.empty() ? std::string() : it->second.str();
+    key_value_bytes_ += value.size();
     it->second.append(value);
-    notify_watchers(key, kWatchUpdated, old, it->second);
+    notify_watchers(key, kWatchUpdated, old, it->second.view());
   }
-  if (journal_) journal_->on_append(key, value, data_.find(key)->second);
+  if (journal_) journal_->on_append(key, value, it->second.str());
   wake(key);
+}
+
+void StoreState::restore(std::string_view key, std::string_view value) {
+  auto it = data_.find(key);
+  if (it == data_.end()) {
+    insert_key(key, value);
+  } else {
+    replace_value(it, value);
+  }
 }
 
 void StoreState::restore_append(std::string_view key, std::string_view suffix) {
   auto it = data_.find(key);
   if (it == data_.end()) {
-    data_.emplace(std::string(key), std::string(suffix));
+    insert_key(key, suffix);
   } else {
+    key_value_bytes_ += suffix.size();
     it->second.append(suffix);
   }
 }
@@ -169,7 +201,7 @@ StoreState::WaitResult StoreState::barrier(SessionId session, std::string_view k
   // Refused before anything changes: a request that closes its connection leaves no trace.
   int64_t current = 0;
   auto found = data_.find(key);
-  if (found != data_.end() && !parse_like_stoll(found->second, &current))
+  if (found != data_.end() && !parse_like_stoll(found->second.view(), &current))
     return WaitResult::kNotACounter;
   // The counter after this arrival, wrapped as ADD wraps it (PyTorch compares after its add).
   const int64_t after = static_cast<int64_t>(static_cast<uint64_t>(current) + 1);
@@ -190,7 +222,7 @@ StoreState::WaitResult StoreState::barrier(SessionId session, std::string_view k
 bool StoreState::counter_reached(std::string_view key, int64_t target) const {
   auto it = data_.find(key);
   int64_t v;
-  return it != data_.end() && parse_like_stoll(it->second, &v) && v >= target;
+  return it != data_.end() && parse_like_stoll(it->second.view(), &v) && v >= target;
 }
 
 void StoreState::unregister(SessionId session, const PendingWait& w) {
@@ -306,8 +338,12 @@ void StoreState::notify_watchers(std::string_view key, uint8_t type, std::string
 void StoreState::queue_push(std::string_view key, std::string_view value) {
   Hold hold(this);
   auto it = queues_.find(key);
-  if (it == queues_.end()) it = queues_.emplace(key, std::deque<std::string>{}).first;
+  if (it == queues_.end()) {
+    it = queues_.emplace(key, std::deque<std::string>{}).first;
+    queued_bytes_ += key.size();
+  }
   it->second.emplace_back(value);
+  queued_bytes_ += value.size();
   wake(key, /*only_one=*/true);
 }
 
@@ -317,7 +353,11 @@ int64_t StoreState::queue_pop(std::string_view key, std::string* value) {
   int64_t len = static_cast<int64_t>(it->second.size());
   *value = std::move(it->second.front());
   it->second.pop_front();
-  if (it->second.empty()) queues_.erase(it);
+  queued_bytes_ -= value->size();
+  if (it->second.empty()) {
+    queued_bytes_ -= it->first.size();
+    queues_.erase(it);
+  }
   return len;
 }
 
@@ -342,12 +382,12 @@ void StoreState::drop_session(SessionId session) {
 void StoreState::changed(std::string_view key) {
   if (!journal_) return;
   auto it = data_.find(key);
-  journal_->on_change(key, it == data_.end() ? nullptr : &it->second);
+  journal_->on_change(key, it == data_.end() ? nullptr : &it->second.str());
 }
 
 void StoreState::restore_delete(std::string_view key) {
   auto it = data_.find(key);
-  if (it != data_.end()) data_.erase(it);
+  if (it != data_.end()) erase_key(it);
 }
 
 const std::string* StoreState::cached_reply(uint64_t client, uint64_t request) const {
@@ -359,13 +399,20 @@ const std::string* StoreState::cached_reply(uint64_t client, uint64_t request) c
 void StoreState::remember_reply(uint64_t client, uint64_t request, std::string reply) {
   constexpr size_t kMaxClients = 100000;
   if (journal_) journal_->on_reply(client, request, reply);
-  auto [it, inserted] = replies_.insert_or_assign(client, CachedReply{request, std::move(reply)});
-  if (inserted) {
-    reply_order_.push_back(client);
-    while (replies_.size() > kMaxClients) {
-      replies_.erase(reply_order_.front());
-      reply_order_.pop_front();
-    }
+  reply_bytes_ += reply.size();
+  auto found = replies_.find(client);
+  if (found != replies_.end()) {
+    reply_bytes_ -= found->second.reply.size();
+    found->second = CachedReply{request, std::move(reply)};
+    return;
+  }
+  replies_.emplace(client, CachedReply{request, std::move(reply)});
+  reply_order_.push_back(client);
+  while (replies_.size() > kMaxClients) {
+    auto oldest = replies_.find(reply_order_.front());
+    reply_bytes_ -= oldest->second.reply.size();
+    replies_.erase(oldest);
+    reply_order_.pop_front();
   }
 }
 
@@ -376,7 +423,7 @@ void StoreState::for_each_reply(
 
 void StoreState::for_each(
     const std::function<void(const std::string&, const std::string&)>& fn) const {
-  for (const auto& [k, v] : data_) fn(k, v);
+  for (const auto& [k, v] : data_) fn(k, v.str());
 }
 
 }  // namespace cohort::rdzv

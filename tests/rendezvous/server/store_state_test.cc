@@ -32,6 +32,70 @@ class StoreStateTest : public ::testing::Test {
   using Keys = std::vector<std::string_view>;
 };
 
+// The byte counters kept as the store changes, against a count of every key and value.
+uint64_t counted_bytes(const StoreState& st) {
+  uint64_t n = 0;
+  st.for_each([&](const std::string& k, const std::string& v) { n += k.size() + v.size(); });
+  return n;
+}
+
+TEST_F(StoreStateTest, ByteCountersFollowEveryChange) {
+  const std::string big(StoredValue::kShareFrom + 5, 'b');
+  int64_t sum;
+  st.set("a", "1");
+  st.set("a", "12345");
+  st.set("big", big);
+  st.set("big", "small again");
+  st.add("n", 5, &sum);
+  st.add("n", 995, &sum);
+  st.compare_set("a", "12345", "x");
+  st.compare_set("new", "", "created");
+  st.compare_set("absent", "expected", "not written");
+  st.append("log", "first");
+  st.append("log", big);  // crosses into a shared buffer
+  st.append("log", "more");
+  st.restore("restored", big);
+  st.restore("restored", "r");
+  st.restore_append("restored", "+1");
+  st.restore_append("fresh", "f");
+  EXPECT_TRUE(st.delete_key("new"));
+  st.restore_delete("fresh");
+  EXPECT_EQ(st.key_value_bytes(), counted_bytes(st));
+  EXPECT_EQ(*st.get("log"), "first" + big + "more");
+
+  st.queue_push("q", "one");
+  st.queue_push("q", "three");
+  EXPECT_EQ(st.queued_bytes(), 1u + 3 + 5);
+  std::string popped;
+  st.queue_pop("q", &popped);
+  st.queue_pop("q", &popped);
+  EXPECT_EQ(st.queued_bytes(), 0u);
+
+  st.remember_reply(1, 1, "abc");
+  st.remember_reply(1, 2, "abcdef");
+  st.remember_reply(2, 1, "z");
+  EXPECT_EQ(st.num_replies(), 2u);
+  EXPECT_EQ(st.reply_bytes(), 7u);
+}
+
+TEST_F(StoreStateTest, ALargeValueIsSharedWithRepliesAndNeverChangedUnderThem) {
+  const std::string big(StoredValue::kShareFrom, 'a');
+  st.set("k", "short");
+  EXPECT_EQ(st.value("k")->shared(), nullptr);  // short values are copied into replies
+  st.set("k", big);
+  SharedBytes held = st.value("k")->shared();  // as a queued reply holds it
+  ASSERT_NE(held, nullptr);
+  st.append("k", "+");
+  st.set("k", std::string(big.size(), 'c'));
+  EXPECT_EQ(*held, big);  // what the reply sends is what was read
+  EXPECT_EQ(*st.get("k"), std::string(big.size(), 'c'));
+  held.reset();
+  const std::string* before = st.get("k");
+  st.append("k", "+");  // unshared: grows in place
+  EXPECT_EQ(st.get("k"), before);
+  EXPECT_EQ(*st.get("k"), std::string(big.size(), 'c') + "+");
+}
+
 TEST_F(StoreStateTest, AddStoresDecimalTextAndMissingCountsAsZero) {
   int64_t v;
   ASSERT_TRUE(st.add("c", -5, &v));
