@@ -11,8 +11,9 @@
 #   NCCL_INCLUDE_DIR       the folder with nccl.h
 #   NCCL_LIBRARY           libnccl.so or libnccl.so.2 (a full path)
 #   COHORT_CUBLAS_INCLUDE_DIR, COHORT_CUBLAS_LIBRARY
-#                          cublas_v2.h's folder and libcublas.so[.13]; empty: the toolkit's
-#                          (CUDA::cublas)
+#                          cublas_v2.h's (and cublasLt.h's) folder and libcublas.so[.13];
+#                          empty: the toolkit's (CUDA::cublas, CUDA::cublasLt). cuBLASLt's
+#                          library is the one beside libcublas (cuBLAS itself loads it).
 # Defines the interface targets cohort_nccl (NCCL and the CUDA runtime) and cohort_cublas.
 set(COHORT_HAVE_CUDA OFF)
 set(COHORT_CUBLAS_INCLUDE_DIR "" CACHE PATH "cublas_v2.h's folder (empty: the CUDA toolkit's)")
@@ -38,14 +39,19 @@ if(NOT COHORT_CUDA STREQUAL "OFF")
                /usr/local/cuda/lib64 DOC "libnccl.so or libnccl.so.2")
   set(_cublas_ok OFF)
   if(COHORT_CUBLAS_LIBRARY)
-    if(EXISTS "${COHORT_CUBLAS_LIBRARY}" AND EXISTS "${COHORT_CUBLAS_INCLUDE_DIR}/cublas_v2.h")
+    get_filename_component(_cublas_dir "${COHORT_CUBLAS_LIBRARY}" DIRECTORY)
+    find_library(COHORT_CUBLASLT_LIBRARY NAMES cublasLt libcublasLt.so.13 libcublasLt.so.12
+                 HINTS "${_cublas_dir}" NO_DEFAULT_PATH DOC "libcublasLt beside COHORT_CUBLAS_LIBRARY")
+    if(EXISTS "${COHORT_CUBLAS_LIBRARY}" AND EXISTS "${COHORT_CUBLAS_INCLUDE_DIR}/cublas_v2.h"
+       AND EXISTS "${COHORT_CUBLAS_INCLUDE_DIR}/cublasLt.h" AND COHORT_CUBLASLT_LIBRARY)
       set(_cublas_ok ON)
     else()
-      message(FATAL_ERROR "COHORT_CUBLAS_LIBRARY=${COHORT_CUBLAS_LIBRARY} or "
-                          "COHORT_CUBLAS_INCLUDE_DIR=${COHORT_CUBLAS_INCLUDE_DIR} (with cublas_v2.h) "
-                          "does not exist")
+      message(FATAL_ERROR "COHORT_CUBLAS_LIBRARY=${COHORT_CUBLAS_LIBRARY} (with libcublasLt beside "
+                          "it: '${COHORT_CUBLASLT_LIBRARY}') or COHORT_CUBLAS_INCLUDE_DIR="
+                          "${COHORT_CUBLAS_INCLUDE_DIR} (with cublas_v2.h and cublasLt.h) does not "
+                          "exist")
     endif()
-  elseif(TARGET CUDA::cublas)
+  elseif(TARGET CUDA::cublas AND TARGET CUDA::cublasLt)
     set(_cublas_ok ON)
   endif()
   if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND AND NCCL_INCLUDE_DIR AND NCCL_LIBRARY AND _cublas_ok)
@@ -78,9 +84,10 @@ if(NOT COHORT_CUDA STREQUAL "OFF")
     add_library(cohort_cublas INTERFACE)
     if(COHORT_CUBLAS_LIBRARY)
       target_include_directories(cohort_cublas SYSTEM INTERFACE ${COHORT_CUBLAS_INCLUDE_DIR})
-      target_link_libraries(cohort_cublas INTERFACE ${COHORT_CUBLAS_LIBRARY} CUDA::cudart)
+      target_link_libraries(cohort_cublas INTERFACE ${COHORT_CUBLAS_LIBRARY}
+                                                    ${COHORT_CUBLASLT_LIBRARY} CUDA::cudart)
     else()
-      target_link_libraries(cohort_cublas INTERFACE CUDA::cublas CUDA::cudart)
+      target_link_libraries(cohort_cublas INTERFACE CUDA::cublas CUDA::cublasLt CUDA::cudart)
     endif()
     set(COHORT_HAVE_CUDA ON)
     set(_cublas_shown ${CUDA_cublas_LIBRARY})

@@ -16,8 +16,9 @@
 #                       would override them for every program, Python too.
 #   data/fashion-mnist  the four IDX files of dataset-fashion-mnist
 #   data/fortunes       the fortunes package's texts (the GPT's default data)
-#   cuda-include/       nccl.h and cuBLAS's headers from this machine's CUDA toolkit, used only
-#                       where the GPU machine has the libraries but not their headers
+#   cuda-include/       nccl.h and cuBLAS's (and cuBLASLt's) headers from this machine's CUDA
+#                       toolkit, used only where the GPU machine has the libraries but not their
+#                       headers
 #   MANIFEST.json       packages and versions, files, sizes
 # Packages come from this machine's apt sources (Debian 12); the .deb files are cached in
 # ~/.cache/cohort/gpu-bundle-debs. Needs apt-get, dpkg-deb and python3 (setup.sh's packages),
@@ -146,7 +147,7 @@ PY
 cp "$FMNIST"/*-idx?-ubyte.gz "$STAGE/data/fashion-mnist/"
 # The texts the GPT's loader reads from the fortunes folder: regular files without extension.
 find "$FORTUNES" -maxdepth 1 -type f ! -name '*.*' -exec cp {} "$STAGE/data/fortunes/" \;
-for h in nccl.h cublas_v2.h cublas_api.h cublas.h; do
+for h in nccl.h cublas_v2.h cublas_api.h cublas.h cublasLt.h; do
   if [ -f "$CUDA_INCLUDE/$h" ]; then cp "$CUDA_INCLUDE/$h" "$STAGE/cuda-include/"; fi
 done
 python3 - "$STAGE" "${versions[@]}" <<'PY'

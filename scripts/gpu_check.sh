@@ -276,7 +276,7 @@ INC=$WORK/cuda-include
 rm -rf "$INC"
 mkdir -p "$INC"
 HEADERS_FROM_BUNDLE=()
-for h in nccl.h cublas_v2.h cublas_api.h cublas.h; do
+for h in nccl.h cublas_v2.h cublas_api.h cublas.h cublasLt.h; do
   case $h in nccl*) src=$NCCL_INC ;; *) src=$CUBLAS_INC ;; esac
   if [ -n "$src" ] && [ -f "$src/$h" ]; then
     ln -s "$src/$h" "$INC/$h"

@@ -15,17 +15,6 @@ void Device::set_precision(Precision p) {
   precision_ = p;
 }
 
-void Device::adamw_step_layout(float* params, float* m, float* v, const float* grads,
-                               const ParamLayout& layout, int64_t t, const AdamWParams& p,
-                               float grad_scale) {
-  for (const ParamTensor& tensor : layout.tensors()) {
-    AdamWParams hp = p;
-    if (!tensor.decay) hp.weight_decay = 0.0f;
-    adamw_step(params + tensor.offset, m + tensor.offset, v + tensor.offset, grads + tensor.offset,
-               tensor.numel, t, hp, grad_scale);
-  }
-}
-
 }  // namespace cohort::train
 
 #ifndef COHORT_TRAIN_HAVE_CUDA

@@ -301,7 +301,10 @@ GptResult GptRun::run() {
     const float lr = cosine_lr(step, o_.warmup_steps, o_.max_steps, o_.adamw.lr, min_lr);
     double comm_s = 0, norm = 0;
     bool applied = true;
+    const bool profiled = o_.profile_step == step + 1;
+    if (profiled) dev_.profile(true);
     const double loss = train_step(accum, lr, &norm, &comm_s, &applied);
+    if (profiled) dev_.profile(false);
     const uint64_t step_launches = dev_.launches() - launches_before;
     launches += step_launches;
     comm_seconds += comm_s;

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -32,7 +33,12 @@
 #include "cohort/train/gpt.h"
 #include "cohort/train/gpt_trainer.h"
 #include "cohort/train/gradient_path.h"
+#include "cohort/train/layers/attention.h"
+#include "cohort/train/layers/conv2d.h"
+#include "cohort/train/layers/linear.h"
+#include "cohort/train/precision.h"
 #include "cohort/train/worker.h"
+#include "cuda_rounding_check.h"
 #include "test_util.h"
 #include "trainer_fixture.h"
 
@@ -373,6 +379,294 @@ TEST_F(CudaVsCpu, ModelsForwardBackward) {
   }
 }
 
+// ---- mixed precision: the GPU against the CPU's emulation (precision.h) ----------------------
+//
+// Tolerances. A GEMM of the same rounded operands on both devices differs only in how its fp32
+// sums were ordered and rounded: |gpu - cpu| <= (gamma_K(2^-24) + gamma_K(2^-23)) sum |a b| for
+// K terms, gamma_K(u) = K u / (1 - K u) (Higham, Accuracy and Stability of Numerical Algorithms,
+// 2nd ed., eq. 3.5, for the CPU's round-to-nearest sums in any order; 2^-23 for tensor cores'
+// accumulators, which truncate: Fasi, Higham, Mikaitis and Pranesh, "Numerical behavior of NVIDIA
+// tensor cores", PeerJ CS 2021). check_gemm() allows 4 (K + 2) 2^-24 sum |a b| per element, the
+// magnitudes computed by the CPU's fp32 layers on the absolute values. A wrong rounding of the
+// operands (truncation, a missed rounding, the wrong format) moves most elements by about u_p
+// (2^-8 for bf16, 2^-11 for fp16 and tf32) relative to their terms, far outside it.
+// Where a product's operand is itself computed (attention's probabilities and score gradients),
+// the two devices' fp32 values differ by float rounding, and when one lies within that of a
+// rounding midpoint the rounded operands differ by one unit of the format (2 u_p relative): such
+// a term moves by 2 u_p |a b|. check_near() allows 2 u_p sum |a b| on top of the GEMM bound; the
+// GPU's own rounding of those operands is checked tightly against its own fp32 values.
+class CudaPrecision : public CudaVsCpu {
+ protected:
+  void set(Precision p) {
+    cpu_->set_precision(p);
+    gpu_->set_precision(p);
+  }
+  static std::vector<float> absolute(std::vector<float> v) {
+    for (float& x : v) x = std::fabs(x);
+    return v;
+  }
+  static std::vector<float> rounded(Precision p, std::vector<float> v) {
+    round_array(p, v.data(), v.data(), v.size());
+    return v;
+  }
+  // Records the worst share of the bound as `name`; EXPECTs every element within it.
+  void check_gemm(const std::string& name, const std::vector<float>& actual,
+                  const std::vector<float>& reference, const std::vector<float>& magnitude,
+                  long K) {
+    ASSERT_EQ(actual.size(), reference.size()) << name;
+    double worst = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < actual.size(); ++i) {
+      const double bound = 4.0 * (K + 2) * 0x1p-24 * magnitude[i] + 1e-30;
+      const double share = std::fabs(double(actual[i]) - reference[i]) / bound;
+      if (!(share <= 1)) ++bad;
+      if (!(share <= worst)) worst = share;
+    }
+    EXPECT_EQ(bad, 0u) << name << ": worst " << worst << " of the bound";
+    record(name, worst);
+  }
+  // Every element within check_gemm's bound plus 2 u sum |a b| (operands computed on each device,
+  // rounded to the format with unit roundoff u).
+  void check_near(const std::string& name, const std::vector<float>& actual,
+                  const std::vector<float>& reference, const std::vector<float>& magnitude, long K,
+                  double u) {
+    ASSERT_EQ(actual.size(), reference.size()) << name;
+    double worst = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < actual.size(); ++i) {
+      const double bound = (4.0 * (K + 2) * 0x1p-24 + 2 * u) * magnitude[i] + 1e-30;
+      const double share = std::fabs(double(actual[i]) - reference[i]) / bound;
+      if (!(share <= 1)) ++bad;
+      if (!(share <= worst)) worst = share;
+    }
+    EXPECT_EQ(bad, 0u) << name << ": worst " << worst << " of the bound";
+    record(name, worst);
+  }
+  void record(const std::string& name, double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", v);
+    RecordProperty(name, text);
+  }
+};
+
+constexpr Precision kRoundedPrecisions[] = {Precision::kTf32, Precision::kBf16, Precision::kFp16};
+
+// rounding.h's conversions, which every GPU kernel uses to store operands, are CUDA's own
+// round-to-nearest-even conversions bit for bit, over all 2^32 fp32 patterns (NaNs: NaN-ness).
+TEST(CudaRounding, IsTheHardwaresOwnForEveryFloat) {
+  COHORT_SKIP_UNLESS_GPU(cuda_device_available());
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const testing::RoundingMismatches m = testing::count_rounding_mismatches_on_gpu();
+  EXPECT_EQ(m.bf16, 0u) << "first at 0x" << std::hex << m.first_bf16;
+  EXPECT_EQ(m.fp16, 0u) << "first at 0x" << std::hex << m.first_fp16;
+}
+
+TEST_F(CudaPrecision, DefaultsToBf16WhereTheGpuHasIt) {
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  EXPECT_EQ(gpu_->default_precision(), major >= 8 ? Precision::kBf16 : Precision::kFp32);
+  EXPECT_EQ(cpu_->default_precision(), Precision::kFp32);
+  for (Precision p : kRoundedPrecisions) {
+    EXPECT_EQ(gpu_->why_unsupported(p).empty(), major >= 8) << precision_name(p);
+  }
+}
+
+TEST_F(CudaPrecision, LinearMatchesTheEmulation) {
+  const int N = 37, C = 29, OC = 13;
+  auto x = random_vector(N * C, 1), w = random_vector(OC * C, 2), b = random_vector(OC, 3);
+  auto d = random_vector(N * OC, 4);
+  for (Precision p : kRoundedPrecisions) {
+    set(p);
+    const std::string name = precision_name(p);
+    std::vector<float> out(N * OC), dx(N * C), dw(OC * C, 0.5f), db(OC, 0.25f);
+    cpu_->linear_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+    cpu_->linear_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), N, C, OC);
+    float* gout = up(std::vector<float>(N * OC));
+    float* gdx = up(std::vector<float>(N * C));
+    float* gdw = up(std::vector<float>(OC * C, 0.5f));
+    float* gdb = up(std::vector<float>(OC, 0.25f));
+    gpu_->linear_forward(gout, up(x), up(w), up(b), N, C, OC);
+    gpu_->linear_backward(gdx, gdw, gdb, up(d), up(x), up(w), N, C, OC);
+    // sum |a b| of the rounded operands (plus |bias|, |initial dweight|), in fp32 on the CPU.
+    const auto ax = absolute(rounded(p, x)), aw = absolute(rounded(p, w)),
+               ad = absolute(rounded(p, d)), ab = absolute(b);
+    std::vector<float> m_out(N * OC), m_dx(N * C), m_dw(OC * C, 0.5f);
+    linear_forward(m_out.data(), ax.data(), aw.data(), ab.data(), N, C, OC);
+    linear_backward(m_dx.data(), m_dw.data(), nullptr, ad.data(), ax.data(), aw.data(), N, C, OC);
+    check_gemm(name + ".forward", down(gout, out.size()), out, m_out, C);
+    check_gemm(name + ".dinp", down(gdx, dx.size()), dx, m_dx, OC);
+    check_gemm(name + ".dweight", down(gdw, dw.size()), dw, m_dw, N);
+    check(name + ".dbias", down(gdb, db.size()), db, 1e-4, 1e-3);  // fp32 sums of fp32 dout
+  }
+}
+
+TEST_F(CudaPrecision, Conv2dMatchesTheEmulation) {
+  for (const Conv2dShape s :
+       {Conv2dShape{4, 28, 28, 1, 32, 3, 1}, Conv2dShape{3, 14, 14, 32, 64, 3, 1}}) {
+    const size_t in_n = size_t(s.B) * s.H * s.W * s.C, out_n = size_t(s.col_rows()) * s.OC;
+    auto x = random_vector(in_n, 5), w = random_vector(size_t(s.OC) * s.col_cols(), 6);
+    auto b = random_vector(s.OC, 7), d = random_vector(out_n, 8);
+    std::vector<float> col(cpu_->conv2d_scratch_floats(s));
+    for (Precision p : kRoundedPrecisions) {
+      set(p);
+      const std::string name = std::string(precision_name(p)) + ".C" + std::to_string(s.C);
+      std::vector<float> out(out_n), dx(in_n), dw(w.size(), 0.0f), db(s.OC, 0.0f);
+      cpu_->conv2d_forward(out.data(), col.data(), x.data(), w.data(), b.data(), s);
+      cpu_->conv2d_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), col.data(),
+                            w.data(), s);
+      float* gout = up(std::vector<float>(out_n));
+      float* gcol = up(std::vector<float>(gpu_->conv2d_scratch_floats(s)));
+      float* gdx = up(std::vector<float>(in_n));
+      float* gdw = up(std::vector<float>(w.size(), 0.0f));
+      float* gdb = up(std::vector<float>(s.OC, 0.0f));
+      float* gx = up(x);
+      float* gw = up(w);
+      gpu_->conv2d_forward(gout, gcol, gx, gw, up(b), s);
+      gpu_->conv2d_backward(gdx, gdw, gdb, up(d), gx, gcol, gw, s);
+      const auto ax = absolute(rounded(p, x)), aw = absolute(rounded(p, w)),
+                 ad = absolute(rounded(p, d)), ab = absolute(b);
+      std::vector<float> m_out(out_n), m_dx(in_n), m_dw(w.size(), 0.0f);
+      conv2d_forward(m_out.data(), col.data(), ax.data(), aw.data(), ab.data(), s);
+      conv2d_backward(m_dx.data(), m_dw.data(), nullptr, ad.data(), ax.data(), col.data(),
+                      aw.data(), s);
+      check_gemm(name + ".forward", down(gout, out_n), out, m_out, s.col_cols());
+      // col2im adds up to K*K products of OC terms each.
+      check_gemm(name + ".dinp", down(gdx, in_n), dx, m_dx, s.OC + s.K * s.K);
+      check_gemm(name + ".dweight", down(gdw, dw.size()), dw, m_dw, s.col_rows());
+      check(name + ".dbias", down(gdb, db.size()), db, 1e-3, 1e-3);
+    }
+  }
+}
+
+// Attention. Forward: the GPU's output against the products of ITS OWN probabilities, rounded on
+// the host (tight: the GPU must round them as the CPU does), and against the emulation's output
+// (near: the probabilities are computed on each device). Backward, from the CPU's probabilities
+// on both devices: dv (the given probabilities times the output gradient) tight; dq and dk
+// through the score gradient, computed on each device, near, with magnitudes from a double
+// reference.
+TEST_F(CudaPrecision, AttentionMatchesTheEmulation) {
+  for (const int T : {7, 64, 128}) {
+    const int B = 3, C = 64, NH = 4, hs = C / NH;
+    auto qkv = random_vector(size_t(B) * T * 3 * C, 19, -1, 1),
+         d = random_vector(size_t(B) * T * C, 20);
+    const size_t n = size_t(B) * T * C;
+    // Element (b, t, h, e) of a (B, T, C) tensor, and of q, k, v in qkv.
+    auto at = [&](int b, int t, int h, int e) { return (size_t(b) * T + t) * C + h * hs + e; };
+    auto in = [&](int part, int b, int t, int h, int e) {
+      return (size_t(b) * T + t) * 3 * C + part * C + h * hs + e;
+    };
+    for (Precision p : kRoundedPrecisions) {
+      set(p);
+      const double u = unit_roundoff(p);
+      const std::string name = std::string(precision_name(p)) + ".T" + std::to_string(T);
+      std::vector<float> out(n), att(size_t(B) * NH * T * T), dqkv(qkv.size());
+      std::vector<float> scratch(cpu_->attention_scratch_floats(B, T, NH));
+      cpu_->attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+      cpu_->attention_backward(dqkv.data(), scratch.data(), d.data(), qkv.data(), att.data(), B, T,
+                               C, NH);
+      float* gout = up(std::vector<float>(n));
+      float* gatt = up(std::vector<float>(att.size()));
+      float* gdqkv = up(std::vector<float>(qkv.size()));
+      float* gscratch = up(std::vector<float>(gpu_->attention_scratch_floats(B, T, NH)));
+      float* gqkv = up(qkv);
+      gpu_->attention_forward(gout, gatt, gqkv, B, T, C, NH);
+      gpu_->attention_backward(gdqkv, gscratch, up(d), gqkv, up(att), B, T, C, NH);
+      const auto g_out = down(gout, n), g_att = down(gatt, att.size()),
+                 g = down(gdqkv, dqkv.size());
+      check(name + ".att", g_att, att, 1e-6, 1e-4);
+
+      const auto qr = rounded(p, qkv), dr = rounded(p, d), ar = rounded(p, att),
+                 gar = rounded(p, g_att);
+      const double scale = 1.0 / std::sqrt(double(hs));
+      std::vector<float> own(n), m_own(n), m_out(n), m_dv(n), m_dq(n), m_dk(n);
+      std::vector<double> dpre(size_t(T) * T);
+      for (int b = 0; b < B; ++b) {
+        for (int h = 0; h < NH; ++h) {
+          const float* ga = &gar[(size_t(b) * NH + h) * T * T];
+          const float* ca = &ar[(size_t(b) * NH + h) * T * T];
+          const float* a32 = &att[(size_t(b) * NH + h) * T * T];
+          // The score gradient in double: att * (d v^T - sum_k att d v^T) * scale.
+          for (int t = 0; t < T; ++t) {
+            std::vector<double> dv_t(T, 0.0);
+            double dot = 0;
+            for (int j = 0; j <= t; ++j) {
+              for (int e = 0; e < hs; ++e)
+                dv_t[j] += double(dr[at(b, t, h, e)]) * qr[in(2, b, j, h, e)];
+              dot += double(a32[t * T + j]) * dv_t[j];
+            }
+            for (int j = 0; j < T; ++j) {
+              dpre[size_t(t) * T + j] = j <= t ? a32[t * T + j] * (dv_t[j] - dot) * scale : 0.0;
+            }
+          }
+          for (int t = 0; t < T; ++t) {
+            for (int e = 0; e < hs; ++e) {
+              double y = 0, my = 0, mo = 0, mv = 0, mq = 0, mk = 0;
+              for (int j = 0; j < T; ++j) {
+                const double v = qr[in(2, b, j, h, e)];
+                y += double(ga[t * T + j]) * v;
+                my += std::fabs(ga[t * T + j] * v);
+                mo += std::fabs(ca[t * T + j] * v);
+                mv += std::fabs(ca[j * T + t] * double(dr[at(b, j, h, e)]));
+                mq += std::fabs(dpre[size_t(t) * T + j] * qr[in(1, b, j, h, e)]);
+                mk += std::fabs(dpre[size_t(j) * T + t] * qr[in(0, b, j, h, e)]);
+              }
+              const size_t i = at(b, t, h, e);
+              own[i] = float(y), m_own[i] = float(my), m_out[i] = float(mo);
+              m_dv[i] = float(mv), m_dq[i] = float(mq), m_dk[i] = float(mk);
+            }
+          }
+        }
+      }
+      check_gemm(name + ".forward_own", g_out, own, m_own, T);
+      check_near(name + ".forward", g_out, out, m_out, T, u);
+      std::vector<float> gq, cq, gk, ck, gv, cv;
+      for (size_t r = 0; r < size_t(B) * T; ++r) {
+        for (int c = 0; c < C; ++c) {
+          gq.push_back(g[r * 3 * C + c]), cq.push_back(dqkv[r * 3 * C + c]);
+          gk.push_back(g[r * 3 * C + C + c]), ck.push_back(dqkv[r * 3 * C + C + c]);
+          gv.push_back(g[r * 3 * C + 2 * C + c]), cv.push_back(dqkv[r * 3 * C + 2 * C + c]);
+        }
+      }
+      check_gemm(name + ".dv", gv, cv, m_dv, T);
+      check_near(name + ".dq", gq, cq, m_dq, T, u);
+      check_near(name + ".dk", gk, ck, m_dk, T, u);
+    }
+  }
+}
+
+// The GPT at step 0 in each precision: the loss within 2 u_p, the gradients within 4 u_p of the
+// emulation's in norm (a few operands one unit of the format apart move a few gradients by u_p).
+TEST_F(CudaPrecision, GptMatchesTheEmulation) {
+  const GptConfig cfg{256, 64, 2, 4, 64};
+  const int B = 4, T = 64;
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (int i = 0; i < B * T; ++i) x[i] = (i * 31) % 256, y[i] = (i * 17 + 3) % 256;
+  for (Precision p : kRoundedPrecisions) {
+    set(p);
+    const std::string name = precision_name(p);
+    Gpt cm(*cpu_, cfg, B), gm(*gpu_, cfg, B);
+    cm.init(2);
+    gm.init(2);
+    const float lc = cm.forward(x.data(), y.data(), B, T);
+    const float lg = gm.forward(up(x), up(y), B, T);
+    EXPECT_NEAR(lg, lc, 2 * unit_roundoff(p) * lc) << name;
+    cm.zero_grad();
+    gm.zero_grad();
+    cm.backward();
+    gm.backward();
+    const std::vector<float> gc(cm.grads(), cm.grads() + cm.num_params());
+    const auto gg = down(gm.grads(), gm.num_params());
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < gc.size(); ++i) {
+      diff += (double(gg[i]) - gc[i]) * (double(gg[i]) - gc[i]);
+      norm += double(gc[i]) * gc[i];
+    }
+    const double rel = std::sqrt(diff / norm);
+    EXPECT_LT(rel, 4 * unit_roundoff(p)) << name;
+    record(name + ".gpt.grads_rel", rel);
+  }
+}
+
 class CudaTrainer : public testing::TrainerTest {
  protected:
   void SetUp() override {
@@ -391,6 +685,7 @@ TEST_F(CudaTrainer, FmnistStepsMatchTheCpu) {
   o.test_limit = 1000;
   o.metrics_path = std::string("-");
   o.out = nullptr;
+  o.precision = Precision::kFp32;  // the GPU's default is bf16
   auto cpu = make_cpu_device(1);
   auto gpu = make_cuda_device(0);
   Comm single;
@@ -413,6 +708,7 @@ TEST_F(CudaTrainer, GptStepsMatchTheCpu) {
   o.eval_batches = 4;
   o.metrics_path = std::string("-");
   o.out = nullptr;
+  o.precision = Precision::kFp32;  // the GPU's default is bf16
   auto cpu = make_cpu_device(1);
   auto gpu = make_cuda_device(0);
   Comm single;
@@ -422,8 +718,9 @@ TEST_F(CudaTrainer, GptStepsMatchTheCpu) {
   EXPECT_NEAR(g.val_loss, c.val_loss, 5e-3 * c.val_loss);
 }
 
-// The GPT on the GPU gives the same bits run after run (no float atomics anywhere: the embedding
-// backward adds in a fixed order), and a run stopped after step 6 as a killed worker stops, then
+// The GPT on the GPU gives the same bits run after run, in the GPU's default precision (bf16; no
+// float atomics anywhere: the embedding backward adds in a fixed order, cuBLASLt's reductions keep
+// theirs), and a run stopped after step 6 as a killed worker stops, then
 // resumed from its checkpoint, ends where an uninterrupted one does (a run of max_steps 6 would
 // have ended its cosine schedule early). CPU twin: Training.GptResumeIsBitwiseIdentical...
 TEST_F(CudaTrainer, GptIsBitwiseReproducibleAndResumesExactly) {
@@ -456,6 +753,95 @@ TEST_F(CudaTrainer, GptIsBitwiseReproducibleAndResumesExactly) {
   EXPECT_EQ(resumed.params_crc, first.params_crc) << "the resumed run ended elsewhere";
   EXPECT_EQ(resumed.last_loss, first.last_loss);
   EXPECT_EQ(resumed.val_loss, first.val_loss);
+}
+
+// Ten GPT steps on the GPU in each precision end within 2% of the CPU's emulation (the two
+// runs start equal and drift apart by rounding as training amplifies it; fp32 stays within 0.5%).
+TEST_F(CudaTrainer, GptTrainsInEveryPrecisionAsTheEmulationDoes) {
+  GptOptions o;
+  o.data = write_corpus(200000);
+  o.model = GptConfig{256, 64, 2, 4, 64};
+  o.batch_size = 8;
+  o.total_batch_tokens = 8 * 64 * 2;
+  o.max_steps = 10;
+  o.warmup_steps = 2;
+  o.eval_interval = 0;
+  o.eval_batches = 4;
+  o.metrics_path = std::string("-");
+  o.out = nullptr;
+  auto cpu = make_cpu_device(1);
+  auto gpu = make_cuda_device(0);
+  Comm single;
+  for (Precision p : kRoundedPrecisions) {
+    o.precision = p;
+    const GptResult c = train_gpt(o, *cpu, single);
+    const GptResult g = train_gpt(o, *gpu, single);
+    EXPECT_EQ(g.precision, p);
+    EXPECT_NEAR(g.last_loss, c.last_loss, 2e-2 * c.last_loss) << precision_name(p);
+    EXPECT_NEAR(g.val_loss, c.val_loss, 2e-2 * c.val_loss) << precision_name(p);
+    RecordProperty(std::string(precision_name(p)) + ".val_loss_gpu_cpu",
+                   std::to_string(g.val_loss) + " " + std::to_string(c.val_loss));
+  }
+}
+
+// fp16 from a loss scale of 2^30: the GPU skips the same overflowing steps as the CPU's
+// emulation (each halving is a factor of 2 on the gradients: no overflow is near its edge) and
+// ends at the same scale.
+TEST_F(CudaTrainer, Fp16SkipsTheSameOverflowsAsTheEmulation) {
+  GptOptions o;
+  o.data = write_corpus(100000);
+  o.model = GptConfig{256, 32, 2, 2, 64};
+  o.batch_size = 8;
+  o.total_batch_tokens = 8 * 32 * 2;
+  o.max_steps = 12;
+  o.warmup_steps = 2;
+  o.eval_interval = 0;
+  o.eval_batches = 2;
+  o.metrics_path = std::string("-");
+  o.out = nullptr;
+  o.precision = Precision::kFp16;
+  o.loss_scaler.init_scale = std::ldexp(1.0f, 30);
+  o.loss_scaler.growth_interval = 3;
+  auto cpu = make_cpu_device(1);
+  auto gpu = make_cuda_device(0);
+  Comm single;
+  const GptResult c = train_gpt(o, *cpu, single);
+  const GptResult g = train_gpt(o, *gpu, single);
+  EXPECT_GE(c.skipped_steps, 1);
+  EXPECT_EQ(g.skipped_steps, c.skipped_steps);
+  EXPECT_EQ(g.loss_scale, c.loss_scale);
+  EXPECT_NEAR(g.last_loss, c.last_loss, 2e-2 * c.last_loss);
+}
+
+// Kernel launches and GEMMs per optimiser step (Device::launches()): the same at batch 4 and 8
+// and at 2 and 8 heads (attention runs all heads of all sequences in one batched GEMM per
+// product), at most 50 per layer and 40 besides in bf16. Recorded for gpu_check.
+TEST_F(CudaTrainer, LaunchesPerStepDoNotGrowWithTheBatchOrTheHeads) {
+  auto gpu = make_cuda_device(0);
+  Comm single;
+  auto launches = [&](int batch, int heads, Precision p) {
+    GptOptions o;
+    o.data = write_corpus(100000);
+    o.model = GptConfig{256, 64, 2, heads, 64};
+    o.batch_size = batch;
+    o.total_batch_tokens = batch * 64;
+    o.max_steps = 3;
+    o.eval_interval = 0;
+    o.eval_batches = 1;
+    o.metrics_path = std::string("-");
+    o.out = nullptr;
+    o.precision = p;
+    return train_gpt(o, *gpu, single).launches_per_step;
+  };
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    const double base = launches(4, 2, p);
+    EXPECT_GT(base, 0);
+    EXPECT_LE(base, 50 * 2 + 40) << precision_name(p);
+    EXPECT_EQ(launches(8, 2, p), base) << precision_name(p);
+    EXPECT_EQ(launches(4, 8, p), base) << precision_name(p);
+    RecordProperty(std::string("launches_per_step.") + precision_name(p) + ".2_layers",
+                   std::to_string(base));
+  }
 }
 
 TEST(CudaDevice, RefusesAGpuThatIsNotVisible) {

@@ -28,6 +28,23 @@ __global__ void adamw_kernel(float* params, float* m, float* v, const float* gra
   params[i] = params[i] * decay - step_size * mi / (sqrtf(vi) * inv_bc2_sqrt + eps);
 }
 
+// One block per piece; the element update is adamw_kernel's.
+__global__ void adamw_pieces_kernel(float* params, float* m, float* v, const float* grads,
+                                    const AdamwPiece* pieces, float step_size, float inv_bc2_sqrt,
+                                    float decay, float b1, float b2, float eps, float grad_scale) {
+  const AdamwPiece piece = pieces[blockIdx.x];
+  const float keep = piece.decay ? decay : 1.0f;
+  for (uint32_t j = threadIdx.x; j < piece.count; j += blockDim.x) {
+    const size_t i = piece.offset + j;
+    const float g = grad_scale * grads[i];
+    const float mi = b1 * m[i] + (1.0f - b1) * g;
+    const float vi = b2 * v[i] + (1.0f - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    params[i] = params[i] * keep - step_size * mi / (sqrtf(vi) * inv_bc2_sqrt + eps);
+  }
+}
+
 __global__ void ema_kernel(float* average, const float* x, size_t n, float keep, float take) {
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i < n) average[i] = keep * average[i] + take * x[i];
@@ -83,6 +100,20 @@ void adamw_step(float* params, float* m, float* v, const float* grads, size_t n,
   const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(t));
   adamw_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(
       params, m, v, grads, n, static_cast<float>(p.lr / bc1),
+      static_cast<float>(1.0 / std::sqrt(bc2)), 1.0f - p.lr * p.weight_decay, p.beta1, p.beta2,
+      p.eps, grad_scale);
+  COHORT_CUDA_CHECK_LAUNCH();
+}
+
+void adamw_step_pieces(float* params, float* m, float* v, const float* grads,
+                       const AdamwPiece* pieces, unsigned n_pieces, int64_t t, const AdamWParams& p,
+                       float grad_scale, cudaStream_t stream) {
+  if (n_pieces == 0) return;
+  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(t));
+  // Without decay the factor is 1 - lr * 0 = 1 exactly, as the per-tensor kernel computes it.
+  adamw_pieces_kernel<<<n_pieces, 256, 0, stream>>>(
+      params, m, v, grads, pieces, static_cast<float>(p.lr / bc1),
       static_cast<float>(1.0 / std::sqrt(bc2)), 1.0f - p.lr * p.weight_decay, p.beta1, p.beta2,
       p.eps, grad_scale);
   COHORT_CUDA_CHECK_LAUNCH();

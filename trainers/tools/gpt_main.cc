@@ -38,6 +38,9 @@ void define_options(CLI::App& app, Cli& c) {
   app.add_option("--sample", c.o.sample_bytes, "bytes to generate at the end");
   app.add_option("--prompt", c.o.prompt, "start of the generated text");
   app.add_option("--seed", c.o.seed, "seed of the weights and sampling")->capture_default_str();
+  app.add_option("--profile-step", c.o.profile_step,
+                 "let a profiler capture this step alone (ncu --profile-from-start off, nsys "
+                 "--capture-range=cudaProfilerApi)");
   add_common_options(app, c.o, c.w, c.summary, c.precision);
   app.add_option("--max-val-loss", c.max_val_loss,
                  "exit with status 3 when the final validation loss is higher (checks, CI)");

@@ -53,6 +53,10 @@ class Device {
   // Kernel launches and library calls (each GEMM counts one) queued on this device so far, for
   // counting them per step; 0 on the CPU.
   virtual uint64_t launches() const { return 0; }
+  // Starts (true) or stops (false) a profiler's capture that waits for the application
+  // (cudaProfilerStart/Stop: `ncu --profile-from-start off`, `nsys
+  // --capture-range=cudaProfilerApi`); nothing on the CPU.
+  virtual void profile(bool on) { (void)on; }
 
   // ---- memory (bytes) ----
   // Returns `bytes` of device memory (64-byte aligned); throws std::bad_alloc / CudaError.
@@ -119,7 +123,14 @@ class Device {
   // kernel.
   virtual void adamw_step_layout(float* params, float* m, float* v, const float* grads,
                                  const ParamLayout& layout, int64_t t, const AdamWParams& p,
-                                 float grad_scale);
+                                 float grad_scale) {
+    for (const ParamTensor& tensor : layout.tensors()) {
+      AdamWParams hp = p;
+      if (!tensor.decay) hp.weight_decay = 0.0f;
+      adamw_step(params + tensor.offset, m + tensor.offset, v + tensor.offset,
+                 grads + tensor.offset, tensor.numel, t, hp, grad_scale);
+    }
+  }
   virtual void ema_update(float* average, const float* x, size_t n, float decay) = 0;
   // Sum of squares of x (the result is on the host).
   virtual double sum_squares(const float* x, size_t n) = 0;

@@ -51,6 +51,7 @@ struct GptOptions {
   // The GEMMs' format; unset: the device's default (bf16 on a GPU that has it, else fp32).
   std::optional<Precision> precision;
   LossScalerOptions loss_scaler;  // used in fp16 only
+  int64_t profile_step = 0;       // > 0: a profiler captures this step alone (Device::profile)
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   int keep_checkpoints = 2;
