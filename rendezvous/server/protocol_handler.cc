@@ -75,9 +75,10 @@ bool ProtocolHandler::authenticate(bool* need_more) {
       }
       begin_ += 1;
       challenge_ = auth::make_challenge();
-      out_.append(challenge_);
+      out_.bytes().append(challenge_);
       if (!client_nonce_.empty())
-        out_.append(auth::prove_mutual(options_.auth_token, "server", client_nonce_, challenge_));
+        out_.bytes().append(
+            auth::prove_mutual(options_.auth_token, "server", client_nonce_, challenge_));
       auth_state_ = AuthState::kChallenged;
       continue;
     }
@@ -95,7 +96,7 @@ bool ProtocolHandler::authenticate(bool* need_more) {
       return reject(RejectReason::kWrongToken, "authentication failed: wrong token");
     }
     begin_ += 1 + auth::kProofBytes;
-    put_u8(&out_, auth::kAccepted);
+    put_u8(&out_.bytes(), auth::kAccepted);
     auth_state_ = AuthState::kDone;
   }
   *need_more = auth_state_ != AuthState::kDone;
@@ -221,26 +222,28 @@ bool ProtocolHandler::run(const Framed& f) {
   begin_ += f.bytes;
   if (const std::string* cached = state_.cached_reply(f.client, f.request)) {
     ++requests_;
-    out_.append(*cached);  // a retry: the write already happened
+    out_.bytes().append(*cached);  // a retry: the write already happened
     return true;
   }
-  const size_t reply_start = out_.size();
+  // A write's reply is copied bytes (only GET and MULTI_GET share values), all in the tail.
+  std::string& out = out_.bytes();
+  const size_t reply_start = out.size();
   std::string notifications;
   notifications_aside_ = &notifications;
   state_.begin_batch();
   bool keep = dispatch(req_);
   // The reply is taken out before the batch ends, so that while the held notifications are
   // delivered the output ends where they will go.
-  std::string reply = out_.substr(reply_start);
-  out_.resize(reply_start);
+  std::string reply = out.substr(reply_start);
+  out.resize(reply_start);
   if (keep) state_.remember_reply(f.client, f.request, reply);
   state_.end_batch();  // held notifications are delivered here, still set aside
   notifications_aside_ = nullptr;
   // The watch notifications this write caused go where an untagged write puts them, before its
   // reply (the write happens, then it is answered); they were set aside only so that the
   // remembered reply is the reply alone.
-  out_ += notifications;
-  out_ += reply;
+  out_.bytes() += notifications;
+  out_.bytes() += reply;
   return keep;
 }
 
@@ -249,7 +252,7 @@ bool ProtocolHandler::wake() {
   waiting_ = false;
   reply_.clear(Op::kWait);
   reply_.code = kStopWaiting;
-  encode_reply(reply_, &out_);
+  encode_reply(reply_, &out_.bytes());
   if (counters_) counters_->answered(parked_op_, std::chrono::steady_clock::now() - parked_at_);
   return begin_ < end_;
 }
@@ -275,12 +278,25 @@ bool ProtocolHandler::answer_wait(StoreState::WaitResult r, bool* answered) {
   return true;
 }
 
+void ProtocolHandler::put_value(const StoredValue* v) {
+  std::string& out = out_.bytes();
+  if (v == nullptr) {
+    put_u64(&out, 0);  // a missing key reads as empty (the libuv daemon's answer)
+  } else if (SharedBytes shared = v->shared()) {
+    put_u64(&out, shared->size());
+    out_.share(std::move(shared));  // referred to, not copied
+  } else {
+    put_bytes(&out, v->view());
+  }
+}
+
 bool ProtocolHandler::dispatch(const Request& req) {
   ++requests_;
   StoreState& st = state_;
   Reply& reply = reply_;
   reply.clear(req.op);
   bool answered = true;  // false while a WAIT or BARRIER is parked
+  bool encoded = false;  // GET and MULTI_GET put their values themselves (put_value)
   std::string owned;     // a value the reply refers to that nothing else holds
   switch (req.op) {
     case Op::kValidate:
@@ -299,16 +315,13 @@ bool ProtocolHandler::dispatch(const Request& req) {
       reply.values.push_back(owned);
       break;
     case Op::kGet: {
-      const std::string* v = st.get(req.keys[0]);
-      if (v == nullptr) {
-        // The 1.13 daemon throws and drops the connection; the libuv daemon answers empty.
-        if (dialect_ == Dialect::kLegacy) {
-          return reject(RejectReason::kMissingKey, "GET of a missing key");
-        }
-        reply.values.emplace_back();
-      } else {
-        reply.values.push_back(*v);
+      const StoredValue* v = st.value(req.keys[0]);
+      // The 1.13 daemon throws and drops the connection; the libuv daemon answers empty.
+      if (v == nullptr && dialect_ == Dialect::kLegacy) {
+        return reject(RejectReason::kMissingKey, "GET of a missing key");
       }
+      put_value(v);
+      encoded = true;
       break;
     }
     case Op::kAdd:
@@ -353,13 +366,13 @@ bool ProtocolHandler::dispatch(const Request& req) {
       st.append(req.keys[0], req.values[0]);
       break;
     case Op::kMultiGet:
-      for (auto k : req.keys) {
-        const std::string* v = st.get(k);
-        if (v == nullptr && dialect_ == Dialect::kLegacy) {
-          return reject(RejectReason::kMissingKey, "MULTI_GET of a missing key");
-        }
-        reply.values.push_back(v ? std::string_view(*v) : std::string_view());
+      if (dialect_ == Dialect::kLegacy) {
+        for (auto k : req.keys)
+          if (st.value(k) == nullptr)
+            return reject(RejectReason::kMissingKey, "MULTI_GET of a missing key");
       }
+      for (auto k : req.keys) put_value(st.value(k));
+      encoded = true;
       break;
     case Op::kMultiSet:
       // One batch, so one log record: a crash keeps all of it or none (and waiters and watchers
@@ -380,7 +393,7 @@ bool ProtocolHandler::dispatch(const Request& req) {
       break;
   }
   if (answered) {
-    encode_reply(reply, &out_);
+    if (!encoded) encode_reply(reply, &out_.bytes());
     if (counters_) counters_->answered(req.op, std::chrono::steady_clock::now() - read_at_);
   }
   return true;

@@ -18,6 +18,7 @@
 
 #include "cohort/rdzv/codec.h"
 #include "cohort/rdzv/server_options.h"
+#include "server/output_queue.h"
 #include "server/server_counters.h"
 #include "server/store_state.h"
 
@@ -57,9 +58,9 @@ class ProtocolHandler {
   // The last process() stopped with complete requests left because this turn's replies reached
   // kTurnOutputBytes: call it again on a later turn of the loop, after other connections.
   bool yielded() const { return yielded_; }
-  // Fairness: one GET of a 10 MB value is a 10 MB copy into the output; a client pipelining
-  // such GETs would otherwise hold the loop for several of them (55-86 ms measured) while every
-  // other client waits. Small replies never reach it: thousands fit in one turn.
+  // Fairness: a client pipelining many requests yields the loop after this many bytes of
+  // replies (a large value counts at its size, though it is shared rather than copied), so that
+  // others are served between its turns. Small replies never reach it: thousands fit in a turn.
   static constexpr size_t kTurnOutputBytes = 1 << 20;
 
   // The parked WAIT is satisfied: appends STOP_WAITING. Returns true when requests that arrived
@@ -67,12 +68,12 @@ class ProtocolHandler {
   bool wake();
   // Appends a 1.13 watch notification (unsolicited).
   void deliver(const WatchEvent& event) {
-    encode_watch_notification(event, notifications_aside_ ? notifications_aside_ : &out_);
+    encode_watch_notification(event, notifications_aside_ ? notifications_aside_ : &out_.bytes());
   }
 
-  // Replies not yet sent. The caller moves them out (swap) and sends them.
-  std::string& output() { return out_; }
-  const std::string& output() const { return out_; }
+  // Replies not yet sent. The caller takes them out (OutputQueue::take) and sends them.
+  OutputQueue& output() { return out_; }
+  const OutputQueue& output() const { return out_; }
 
   bool waiting() const { return waiting_; }
   // "current", "legacy", or "unknown" before the first request.
@@ -116,6 +117,9 @@ class ProtocolHandler {
   bool run(const Framed& f);
   // Executes one request; false when the connection must close.
   bool dispatch(const Request& req);
+  // Appends a GET's or MULTI_GET's byte string for `v` (null: missing, read as empty): a large
+  // value's buffer is queued by reference, not copied.
+  void put_value(const StoredValue* v);
   // Sets close_reason_ (and refused_unauthenticated_), counts `reason`, and returns false.
   bool reject(RejectReason reason, std::string why);
 
@@ -132,7 +136,7 @@ class ProtocolHandler {
   size_t capacity_ = 0;
   size_t begin_ = 0;  // first unconsumed byte of in_
   size_t end_ = 0;    // end of valid bytes in in_
-  std::string out_;
+  OutputQueue out_;
   size_t unsent_elsewhere_ = 0;
   // While a tagged write runs, notifications to this connection go here, not into the reply
   // that a retry replays (a retry must not notify twice).

@@ -6,11 +6,6 @@
 #include <asio/write.hpp>
 
 namespace cohort::rdzv {
-namespace {
-
-constexpr size_t kKeepWriteBuffer = 64 * 1024;
-
-}  // namespace
 
 Session::Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, std::string peer,
                  std::string address, bool must_authenticate)
@@ -124,7 +119,7 @@ bool Session::backlogged() const {
 
 void Session::account() {
   if (closed_) return;
-  handler_.set_unsent_elsewhere(writing_.size());
+  handler_.set_unsent_elsewhere(writing_bytes_);
   const size_t now = footprint();
   if (now == accounted_) return;
   const int64_t delta = static_cast<int64_t>(now) - static_cast<int64_t>(accounted_);
@@ -215,7 +210,7 @@ void Session::deliver(const WatchEvent& event) {
     const std::string reason =
         std::to_string(unsent() + bytes) + " bytes unsent would pass --max-unsent-bytes (" +
         std::to_string(bound) + "): the client does not read what it is sent (watch notifications)";
-    std::string().swap(handler_.output());  // never sent now: give the memory back at once
+    handler_.output().clear();  // never sent now: give the memory back at once
     account();
     host_.count_memory_close();
     asio::post(socket_.get_executor(),
@@ -237,21 +232,20 @@ void Session::deliver(const WatchEvent& event) {
 }
 
 void Session::flush() {
-  std::string& out = handler_.output();
+  OutputQueue& out = handler_.output();
   if (closed_ || write_in_flight_ || out.empty()) return;
-  writing_.swap(out);
-  out.clear();
+  writing_bytes_ = out.size();
+  out.take(&writing_);
+  for (const auto& piece : writing_) writing_buffers_.push_back(asio::buffer(piece.view()));
   write_in_flight_ = true;
-  asio::async_write(socket_, asio::buffer(writing_),
+  asio::async_write(socket_, writing_buffers_,
                     [self = shared_from_this()](std::error_code ec, size_t) {
                       self->write_in_flight_ = false;
-                      // A large reply's buffer is given back, not kept for the next one: a
-                      // thousand idle clients that once read a 10 MB value hold nothing.
-                      if (self->writing_.capacity() > kKeepWriteBuffer) {
-                        std::string().swap(self->writing_);
-                      } else {
-                        self->writing_.clear();
-                      }
+                      // The pieces go, buffers and all: a thousand idle clients that once read
+                      // a large value hold nothing of it.
+                      self->writing_.clear();
+                      self->writing_buffers_.clear();
+                      self->writing_bytes_ = 0;
                       self->account();
                       if (self->closed_) return;
                       if (ec) {

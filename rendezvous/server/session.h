@@ -1,7 +1,9 @@
 // Session: one client connection of the store server: a socket around a ProtocolHandler.
 //
-// Owns its socket and a write queue with at most one write in flight (Asio's chat example);
-// the protocol itself (decoding, dialects, parked waits, limits) is the handler's.
+// Owns its socket and a write queue with at most one write in flight (Asio's chat example), sent
+// as a sequence of buffers: a large value's reply is sent from the store's own buffer, never copied
+// (output_queue.h). The protocol itself (decoding, dialects, parked waits, limits) is the
+// handler's.
 //
 // Thread safety: loop thread only. Keeps itself alive through shared_from_this in its handlers.
 #pragma once
@@ -11,6 +13,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cohort/rdzv/server_options.h"
 #include "server/protocol_handler.h"
@@ -86,7 +89,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void flush();
   void close(const std::string& reason, bool for_limit, bool unauthenticated = false);
   bool backlogged() const;
-  size_t unsent() const { return handler_.output().size() + writing_.size(); }
+  size_t unsent() const { return handler_.output().size() + writing_bytes_; }
   // Tells the host how footprint() changed since last time, and the handler what is in flight.
   void account();
   // Arms the --request-timeout timer while half a request is buffered, disarms it otherwise.
@@ -106,7 +109,10 @@ class Session : public std::enable_shared_from_this<Session> {
   const std::string address_;
   const bool must_authenticate_;
   ProtocolHandler handler_;
-  std::string writing_;  // the buffer of the write in flight
+  // The write in flight: its pieces (kept alive until it completes), their buffers, their bytes.
+  std::vector<OutputQueue::Piece> writing_;
+  std::vector<asio::const_buffer> writing_buffers_;
+  size_t writing_bytes_ = 0;
   bool write_in_flight_ = false;
   bool read_in_flight_ = false;
   bool process_posted_ = false;

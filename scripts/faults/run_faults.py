@@ -810,11 +810,10 @@ def store_half_handshakes(ctx):
     return silent_flood(ctx, 1000, 1000, token=b"fault-suite-token-of-32-characters")
 
 
-@scenario("4 clients GET a 10 MB value 20 times, never read", "store")
+@scenario("30 clients GET a 10 MB value 20 times, never read", "store")
 def store_greedy_gets(ctx):
-    budget, unsent = 128 << 20, 32 << 20
-    s, port = start_cohortd(ctx, "--max-unsent-bytes", str(unsent),
-                            "--connection-memory-budget", str(budget))
+    budget = 1 << 30  # the defaults: --connection-memory-budget 1 GiB, --max-unsent-bytes 64 MiB
+    s, port = start_cohortd(ctx)
     setup = current_dialect(port)
     setup.sendall(b"\x01" + wire_bytes(b"ten") + wire_bytes(b"t" * (10 << 20)))
     setup.sendall(b"\x05" + (1).to_bytes(8, "little") + wire_bytes(b"ten"))  # CHECK: it is set
@@ -823,18 +822,17 @@ def store_greedy_gets(ctx):
     polite_set_get(polite, -1)
     greedy, peers = [], []
     t0 = time.monotonic()
-    for _ in range(4):
+    for _ in range(30):
         g = current_dialect(port)
         g.sendall((b"\x03" + wire_bytes(b"ten")) * 20)  # 20 GETs, never read
         greedy.append(g)
         peers.append(f"127.0.0.1:{g.getsockname()[1]}")
-    worst, later, n = 0.0, 0.0, 0  # later: after the first 0.5 s (the greedy ones' first replies)
-    while time.monotonic() < t0 + 2:
+    worst, slow, n = 0.0, 0, 0
+    while time.monotonic() < t0 + 4:
         took = polite_set_get(polite, n)
         worst = max(worst, took)
-        if time.monotonic() - took > t0 + 0.5:
-            later = max(later, took)
         n += 1
+        slow += took > 0.1
     hwm = status_kib(s.pid, "VmHWM") >> 10
     s.send_signal(signal.SIGTERM)
     _, err = s.communicate(timeout=10)
@@ -843,27 +841,21 @@ def store_greedy_gets(ctx):
     closed = sum(any(f"closing connection from {p}" in l for l in budget_lines) for p in peers)
     for g in greedy:
         g.close()
-    # Under AddressSanitizer freed blocks wait in its quarantine (256 MiB by default) before they
-    # are reused, so the freed 10 MB replies count in the RSS there (385 MiB measured once).
-    # ASan also makes each copy of a 10 MB reply about twice as slow, and the asan stage runs
-    # beside other tests: the polite bound is 300 ms there (100 ms measured once under load,
-    # against 46-58 ms in a Release build); the Release build holds the issue's 100 ms.
+    # ASan makes the loop about twice as slow, and the asan stage runs beside other tests: the
+    # polite bound is 300 ms there; the Release build holds the issue's 100 ms.
     asan = "asan" in os.environ.get("COHORT_SANITIZER", "")
-    slack = (256 << 20) * (2 if asan else 1)
     bound = 0.3 if asan else 0.1
-    ok = (closed >= 1 and hwm * (1 << 20) < budget + slack and worst < bound and
-          later < bound and s.returncode == 0)
+    ok = closed >= 1 and hwm < 128 and worst < bound and s.returncode == 0
     return row(None, summary_line(err, "connection-memory-budget"),
                f"peak RSS {hwm} MiB, {closed} of {len(greedy)} closed; {n} polite SET+GET, worst "
-               f"{worst * 1000:.0f} ms, {later * 1000:.0f} ms after 0.5 s", "nothing", ok,
-               "past --connection-memory-budget the never-reading GET client holding the most is "
-               "closed with a log line (the others wait, paused at --max-unsent-bytes, and hold "
-               "the budget); cohortd's peak RSS stays under the budget + 256 MiB (it was about "
-               "71 MB per such connection, unbounded); a polite client's SET+GET is served "
-               "within 100 ms throughout (300 ms under AddressSanitizer; a connection's replies "
-               "yield the loop after 1 MiB a turn: without it, cohortd copied four 10 MB replies "
-               "per greedy client in one turn: worst 67-78 ms against 46-58 ms with it, measured "
-               "side by side)")
+               f"{worst * 1000:.0f} ms, {slow} over 100 ms", "nothing", ok,
+               "a GET's reply refers to the stored value instead of copying it: 30 greedy clients "
+               "cost neither copies on the loop nor memory (peak RSS under 128 MiB; copying, it "
+               "was 1.2 GiB), and a polite client's SET+GET is served within 100 ms throughout "
+               "their first 4 s (300 ms under AddressSanitizer; copying, the loop stalled up to "
+               "872 ms, 11 probes over 100 ms); past --connection-memory-budget (their unsent "
+               "bytes counted as if copied) the clients holding the most are closed with a log "
+               "line, the others wait, paused at --max-unsent-bytes")
 
 
 # The rows of cohortd under hostile clients, disks and files (scripts/faults/store_hostile.py):

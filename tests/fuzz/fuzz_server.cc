@@ -297,7 +297,7 @@ class Harness final : public StoreListener {
     std::string hello(1, static_cast<char>(auth::kHello));
     send(slot, hello);
     if (!c.h) return;  // not the first bytes of the connection: closed
-    std::string all = c.stream + c.h->output();
+    std::string all = c.stream + c.h->output().flatten();
     if (c.stream_base != 0 || all.size() < auth::kChallengeBytes) return;  // no challenge came
     std::string proof(1, static_cast<char>(auth::kProof));
     proof += auth::prove(kToken, all.substr(0, auth::kChallengeBytes));
@@ -540,7 +540,7 @@ class Harness final : public StoreListener {
         const size_t hello_bytes = mutual ? 1 + auth::kNonceBytes : 1;
         if (c.sent.size() - c.modelled < hello_bytes) return;
         COHORT_FUZZ_CHECK(consumed >= c.modelled + hello_bytes, "HELLO not taken");
-        std::string all = c.stream + c.h->output();
+        std::string all = c.stream + c.h->output().flatten();
         COHORT_FUZZ_CHECK(c.stream_base == 0 && all.size() >= auth::kChallengeBytes,
                           "no challenge after HELLO");
         c.challenge = all.substr(0, auth::kChallengeBytes);
@@ -579,8 +579,8 @@ class Harness final : public StoreListener {
   void match(Conn& c) {
     if (kTrace && !c.h->output().empty())
       std::fprintf(stderr, "  session %llu -> %s%s\n", static_cast<unsigned long long>(c.id),
-                   hex(c.h->output()).c_str(), c.h->waiting() ? " (waiting)" : "");
-    c.stream += c.h->output();
+                   hex(c.h->output().flatten()).c_str(), c.h->waiting() ? " (waiting)" : "");
+    c.stream += c.h->output().flatten();
     c.h->output().clear();
     std::string_view all = c.stream;
     size_t p = 0;
