@@ -59,8 +59,8 @@
 #include "cohort/rdzv/server.h"
 #include "fuzz_check.h"
 #include "server/protocol_handler.h"
-#include "store_model.h"
 #include "server/store_state.h"
+#include "store_model.h"
 
 namespace {
 
