@@ -5,7 +5,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
 #include <chrono>
-#include <set>
+#include <map>
 
 #include "cohort/base/net.h"
 #include "cohort/base/prometheus.h"
@@ -17,8 +17,15 @@ namespace {
 using asio::ip::tcp;
 
 constexpr size_t kMaxRequestBytes = 8 * 1024;
+// Connections open at once. At the bound a newcomer is not turned away: the oldest connection
+// gives way. A scraper's connection lives milliseconds, so it is never the oldest for long, while
+// a client that sends nothing is closed to make room: 64 silent connections (re-opened as they
+// were closed) refused every scrape (issue 27).
 constexpr size_t kMaxConnections = 64;
 constexpr auto kRequestTimeout = std::chrono::seconds(10);
+// Accepting failed (out of descriptors: EMFILE, ENFILE): accepting again at once fails the same
+// way and spins a core (94 % measured), so wait this long first, as the store's acceptor does.
+constexpr auto kAcceptRetry = std::chrono::milliseconds(50);
 
 std::string response(int code, std::string_view reason, std::string_view content_type,
                      std::string_view body) {
@@ -82,7 +89,7 @@ MetricsAddress metrics_address(const std::string& metrics_addr, int metrics_port
 class MetricsEndpoint::Impl : public std::enable_shared_from_this<Impl> {
  public:
   Impl(asio::io_context& io, const MetricsAddress& address, Render render)
-      : acceptor_(io), render_(std::move(render)) {
+      : acceptor_(io), retry_(io), render_(std::move(render)) {
     std::error_code ec;
     auto addr = asio::ip::make_address(strip_brackets(address.host), ec);
     if (ec) {
@@ -113,7 +120,8 @@ class MetricsEndpoint::Impl : public std::enable_shared_from_this<Impl> {
   void stop() {
     std::error_code ignored;
     acceptor_.close(ignored);
-    for (auto* c : open_) c->close();
+    retry_.cancel();
+    for (auto& [seq, c] : open_) c->close();
     open_.clear();
   }
 
@@ -122,11 +130,13 @@ class MetricsEndpoint::Impl : public std::enable_shared_from_this<Impl> {
 
  private:
   struct Connection : std::enable_shared_from_this<Connection> {
-    explicit Connection(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
+    Connection(tcp::socket s, uint64_t seq)
+        : socket(std::move(s)), timer(socket.get_executor()), seq(seq) {}
     tcp::socket socket;
     asio::steady_timer timer;
     std::string in;
     std::string out;
+    const uint64_t seq;  // accept order: the smallest open one is the oldest
     bool closed = false;
 
     void close() {
@@ -141,20 +151,21 @@ class MetricsEndpoint::Impl : public std::enable_shared_from_this<Impl> {
   void accept() {
     acceptor_.async_accept([self = shared_from_this()](std::error_code ec, tcp::socket s) {
       if (!self->acceptor_.is_open()) return;
-      if (!ec) {
-        if (self->open_.size() >= kMaxConnections) {
-          std::error_code ignored;
-          s.close(ignored);
-        } else {
-          self->serve(std::make_shared<Connection>(std::move(s)));
-        }
+      if (ec) {
+        self->retry_.expires_after(kAcceptRetry);
+        self->retry_.async_wait([self](std::error_code e) {
+          if (!e && self->acceptor_.is_open()) self->accept();
+        });
+        return;
       }
+      if (self->open_.size() >= kMaxConnections) self->finish(self->open_.begin()->second);
+      self->serve(std::make_shared<Connection>(std::move(s), self->next_seq_++));
       self->accept();
     });
   }
 
   void serve(std::shared_ptr<Connection> c) {
-    open_.insert(c.get());
+    open_.emplace(c->seq, c);
     c->timer.expires_after(kRequestTimeout);
     c->timer.async_wait([self = shared_from_this(), c](std::error_code ec) {
       if (!ec) self->finish(c);
@@ -195,14 +206,18 @@ class MetricsEndpoint::Impl : public std::enable_shared_from_this<Impl> {
                       });
   }
 
-  void finish(const std::shared_ptr<Connection>& c) {
+  void finish(std::shared_ptr<Connection> c) {
     c->close();
-    open_.erase(c.get());
+    open_.erase(c->seq);
   }
 
   tcp::acceptor acceptor_;
+  asio::steady_timer retry_;  // kAcceptRetry after a failed accept
   Render render_;
-  std::set<Connection*> open_;
+  // Open connections by accept order. Held here too: the oldest is closed from here when a
+  // newcomer needs its place.
+  std::map<uint64_t, std::shared_ptr<Connection>> open_;
+  uint64_t next_seq_ = 0;
   int port_ = 0;
   std::string host_;
 };

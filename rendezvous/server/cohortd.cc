@@ -24,6 +24,10 @@
 
 namespace cohort::rdzv {
 
+MetricsAddress cohortd_metrics_address(const CohortdConfig& config) {
+  return metrics_address(config.metrics_addr, config.metrics_port, "127.0.0.1");
+}
+
 int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
   CLI::App app{
       "cohortd: a rendezvous store, wire-compatible with PyTorch's TCPStore (1.13 and 2.x)"};
@@ -109,11 +113,12 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--metrics-port", config->metrics_port,
-                 "Serve Prometheus metrics at http://<--host>:PORT/metrics (0: a free port, "
-                 "logged); off by default");
+                 "Serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: a free port, "
+                 "logged); off by default. Loopback whatever --host is: they say what the store "
+                 "holds and who uses it, token or not");
   app.add_option("--metrics-addr", config->metrics_addr,
                  "Serve Prometheus metrics at http://HOST:PORT/metrics instead (for example "
-                 "127.0.0.1:9400 to keep them off the network)");
+                 "0.0.0.0:9400 for a Prometheus on another host)");
   app.add_option("--log-file", config->log_file, "Append log lines to this file instead of stderr");
   app.add_option("--log-format", config->log_format,
                  "text, or json: one JSON object per line (time, logger, level, pid, msg)")
@@ -151,7 +156,7 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
     return 2;
   }
   try {
-    (void)metrics_address(config->metrics_addr, config->metrics_port, s.host);
+    (void)cohortd_metrics_address(*config);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cohortd: %s\n", e.what());
     return 2;
@@ -244,8 +249,7 @@ int run_cohortd(const CohortdConfig& config) {
                 : "token required");
 
   std::unique_ptr<MetricsEndpoint> metrics;
-  if (auto where = metrics_address(config.metrics_addr, config.metrics_port, config.server.host);
-      where.enabled()) {
+  if (auto where = cohortd_metrics_address(config); where.enabled()) {
     metrics =
         std::make_unique<MetricsEndpoint>(io, where, [&server] { return server.metrics_text(); });
     log->info("serving metrics at {}", metrics->url());

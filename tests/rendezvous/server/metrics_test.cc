@@ -1,5 +1,6 @@
 // Metrics: Prometheus' text format, the /metrics endpoint over real HTTP, and what the store
-// server counts (tests/rendezvous/server/prometheus_scrape.py has a real Prometheus scrape cohortd).
+// server counts (tests/rendezvous/server/prometheus_scrape.py has a real Prometheus scrape
+// cohortd).
 #include <gtest/gtest.h>
 
 #include <asio/io_context.hpp>
@@ -7,13 +8,15 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "../raw_client.h"
 #include "cohort/base/metrics_endpoint.h"
 #include "cohort/base/prometheus.h"
 #include "cohort/error.h"
+#include "cohort/rdzv/cohortd.h"
 #include "cohort/rdzv/server.h"
 #include "cohort/rdzv/tcp_store.h"
-#include "../raw_client.h"
 
 namespace cohort {
 namespace {
@@ -67,6 +70,24 @@ TEST(MetricsAddress, FlagsAreReadAndBadOnesNamed) {
   }
 }
 
+TEST(MetricsAddress, CohortdServesItsMetricsOnLoopbackUnlessToldOtherwise) {
+  auto parsed = [](std::vector<std::string> args) {
+    args.insert(args.begin(), "cohortd");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    rdzv::CohortdConfig config;
+    EXPECT_EQ(rdzv::parse_cohortd_args(static_cast<int>(argv.size()), argv.data(), &config), -1);
+    return rdzv::cohortd_metrics_address(config);
+  };
+  // The store on every interface (--host's default), its metrics on loopback only.
+  auto a = parsed({"--metrics-port", "9400"});
+  EXPECT_EQ(a.host, "127.0.0.1");
+  EXPECT_EQ(a.port, 9400);
+  EXPECT_EQ(parsed({"--host", "10.0.0.1", "--metrics-port", "0"}).host, "127.0.0.1");
+  EXPECT_EQ(parsed({"--metrics-addr", "0.0.0.0:9400"}).host, "0.0.0.0");  // as told
+  EXPECT_FALSE(parsed({}).enabled());
+}
+
 // An endpoint on a loop of its own thread, rendering a fixed text.
 class EndpointTest : public ::testing::Test {
  protected:
@@ -102,6 +123,20 @@ TEST_F(EndpointTest, ServesMetricsAndRefusesTheRest) {
   EXPECT_EQ(ask("POST /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405", 0), 0u);
   EXPECT_EQ(ask(std::string(9000, 'a')).rfind("HTTP/1.1 431", 0), 0u);
   EXPECT_EQ(ask("nonsense\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
+}
+
+TEST_F(EndpointTest, ClientsThatSendNothingCannotLockOutAScrape) {
+  // More silent connections than the endpoint keeps open (64): the oldest give way to newcomers,
+  // so a scrape that comes now is answered at once (it used to be closed unanswered for as long
+  // as 64 of them were open).
+  std::vector<std::unique_ptr<RawClient>> silent;
+  for (int i = 0; i < 200; ++i) silent.push_back(std::make_unique<RawClient>(endpoint_.port()));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string r = ask("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << r;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  // The oldest of them were closed to make room.
+  EXPECT_TRUE(silent.front()->closed_by_peer(5s)) << "the oldest silent connection was kept";
 }
 
 rdzv::StoreServerOptions local() {

@@ -4,8 +4,11 @@
 // few seconds needs no more.
 //
 // It runs on the owner's loop so that rendering reads the owner's state without locks; rendering
-// is the only work a scrape puts on that loop. A client gets 10 s and 8 KiB for its request and
-// at most 64 connections are open at once; beyond that, connections are closed unanswered.
+// is the only work a scrape puts on that loop, so it must cost little (the store's counters are
+// kept as they change). A client gets 10 s and 8 KiB for its request. At most 64 connections are
+// open at once: a newcomer beyond that closes the oldest, so clients that send nothing can delay
+// nobody's scrape, only lose their own place. Out of descriptors, accepting is retried every
+// 50 ms, never in a spin.
 //
 // Thread safety: construct, use and destroy on the loop's thread.
 #pragma once

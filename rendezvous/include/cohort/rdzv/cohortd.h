@@ -5,6 +5,7 @@
 #include <chrono>
 #include <string>
 
+#include "cohort/base/metrics_endpoint.h"
 #include "cohort/rdzv/server.h"
 
 namespace cohort::rdzv {
@@ -18,10 +19,15 @@ struct CohortdConfig {
   std::chrono::milliseconds exit_when_idle{0};
   std::string log_file;             // empty: log to stderr
   std::string log_format = "text";  // or "json": one object per line
-  // --metrics-addr HOST:PORT, or --metrics-port N on --host: where GET /metrics is served.
+  // --metrics-addr HOST:PORT, or --metrics-port N on 127.0.0.1: where GET /metrics is served.
   std::string metrics_addr;
   int metrics_port = -1;  // -1: no metrics endpoint
 };
+
+// Where cohortd serves its metrics: --metrics-addr, else --metrics-port on 127.0.0.1 whatever
+// --host is (the metrics say what the store holds and who uses it, token or not; a Prometheus on
+// another host is named with --metrics-addr). Throws UsageError for a malformed flag.
+MetricsAddress cohortd_metrics_address(const CohortdConfig& config);
 
 // Parses cohortd's command line into *config. Returns -1 to go on, else an exit status (0 after
 // --help, 2 after a usage error, with the message printed).
