@@ -164,21 +164,9 @@ class StoreServer::Impl final : public SessionHost,
     return spoken_per_address_.contains(address);
   }
   void on_session_spoke(const std::string& address) override { ++spoken_per_address_[address]; }
-  void log_timeout_close(const std::string& peer, const std::string& reason) override {
-    ++timeout_closes_unlogged_;
-    // A flood of thousands is closed at once: a line a second says how many.
-    auto now = std::chrono::steady_clock::now();
-    if (now - last_timeout_log_ < std::chrono::seconds(1)) return;
-    if (timeout_closes_unlogged_ == 1) {
-      log_->warn("closing connection from {}: {}", peer, reason);
-    } else {
-      log_->warn(
-          "closing connection from {}: {} (and {} more closed at a timeout since the "
-          "last such line)",
-          peer, reason, timeout_closes_unlogged_ - 1);
-    }
-    timeout_closes_unlogged_ = 0;
-    last_timeout_log_ = now;
+  void log_flood_close(FloodClose kind, const std::string& peer,
+                       const std::string& reason) override {
+    flood_log_.closed(kind, peer, reason);
   }
 
   // StoreListener
@@ -406,8 +394,7 @@ class StoreServer::Impl final : public SessionHost,
   uint64_t connection_bytes_ = 0;  // sum of every session's footprint()
   bool budget_check_posted_ = false;
   std::chrono::steady_clock::time_point last_refusal_log_{};
-  std::chrono::steady_clock::time_point last_timeout_log_{};
-  uint64_t timeout_closes_unlogged_ = 0;  // timeout closes since the last line about them
+  FloodLog flood_log_{*log_};
 };
 
 StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options)

@@ -34,8 +34,9 @@ void Session::start() {
       const std::string ms = " (" + std::to_string(limit.count()) + " ms)";
       if (self->must_authenticate_) {
         if (self->handler_.authenticated()) return;
-        self->host_.log_timeout_close(
-            self->peer_, "token handshake not completed within --handshake-timeout" + ms);
+        self->host_.log_flood_close(
+            FloodClose::kTimeout, self->peer_,
+            "token handshake not completed within --handshake-timeout" + ms);
         self->close({}, true, /*unauthenticated=*/true);
         return;
       }
@@ -43,8 +44,8 @@ void Session::start() {
       // a second connection beside its first that stays silent unless watch_key is called, and
       // its thread spins on a core if that connection is closed.
       if (self->handler_.requests() > 0 || self->host_.address_has_spoken(self->address_)) return;
-      self->host_.log_timeout_close(self->peer_,
-                                    "no request completed within --first-request-timeout" + ms);
+      self->host_.log_flood_close(FloodClose::kTimeout, self->peer_,
+                                  "no request completed within --first-request-timeout" + ms);
       self->host_.count_silent_close();
       self->close({}, false);
     });
@@ -63,9 +64,9 @@ void Session::arm_idle_timer(std::chrono::steady_clock::duration after) {
     const bool parked = self->handler_.waiting() || self->handler_.watching() ||
                         self->handler_.has_input() || self->unsent() > 0;
     if (!parked && silent >= idle) {
-      self->host_.log_timeout_close(self->peer_, "nothing received for --idle-timeout (" +
-                                                     std::to_string(idle.count()) +
-                                                     " ms) and nothing parked");
+      self->host_.log_flood_close(FloodClose::kTimeout, self->peer_,
+                                  "nothing received for --idle-timeout (" +
+                                      std::to_string(idle.count()) + " ms) and nothing parked");
       self->host_.count_silent_close();
       self->close({}, false);
       return;
@@ -262,7 +263,13 @@ void Session::flush() {
 
 void Session::close(const std::string& reason, bool for_limit, bool unauthenticated) {
   if (closed_) return;
-  if (!reason.empty()) host_.log().warn("closing connection from {}: {}", peer_, reason);
+  unauthenticated = unauthenticated || handler_.refused_unauthenticated();
+  if (reason.empty()) {
+  } else if (unauthenticated) {
+    host_.log_flood_close(FloodClose::kUnauthenticated, peer_, reason);
+  } else {
+    host_.log().warn("closing connection from {}: {}", peer_, reason);
+  }
   closed_ = true;
   host_.charge(-static_cast<int64_t>(accounted_));
   accounted_ = 0;
@@ -272,7 +279,7 @@ void Session::close(const std::string& reason, bool for_limit, bool unauthentica
   std::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
-  host_.on_session_closed(id_, for_limit, unauthenticated || handler_.refused_unauthenticated());
+  host_.on_session_closed(id_, for_limit, unauthenticated);
 }
 
 }  // namespace cohort::rdzv

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cohort/rdzv/server_options.h"
+#include "server/flood_log.h"
 #include "server/protocol_handler.h"
 #include "server/store_state.h"
 
@@ -44,8 +45,10 @@ class SessionHost {
   virtual void count_memory_close() = 0;
   // A session closes itself for --first-request-timeout or --idle-timeout (counted in the stats).
   virtual void count_silent_close() = 0;
-  // Logs a timeout's close: at most a line a second, however many a flood brings at once.
-  virtual void log_timeout_close(const std::string& peer, const std::string& reason) = 0;
+  // Logs a close that floods bring (flood_log.h): at most a line a second per kind, however many
+  // a flood brings at once.
+  virtual void log_flood_close(FloodClose kind, const std::string& peer,
+                               const std::string& reason) = 0;
   // Whether an open connection from `address` has spoken (see Session::spoke()).
   virtual bool address_has_spoken(const std::string& address) const = 0;
   // The session has just spoken for the first time.
