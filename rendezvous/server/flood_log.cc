@@ -14,7 +14,7 @@ void FloodLog::closed(FloodClose kind, const std::string& peer, const std::strin
   } else {
     log_.warn("closing connection from {}: {} (and {} more closed {} since the last such line)",
               peer, reason, k.unlogged - 1,
-              kind == FloodClose::kTimeout ? "at a timeout" : "for no or a wrong token");
+              kind == FloodClose::kTimeout ? "at a timeout" : "without a valid token");
   }
   k.unlogged = 0;
   k.last_line = now;

@@ -16,6 +16,7 @@
 
 #include "cohort/base/logging.h"
 #include "cohort/error.h"
+#include "server/pending_handshakes.h"
 #include "server/server_metrics.h"
 #include "server/session.h"
 #include "server/store_log.h"
@@ -131,6 +132,7 @@ class StoreServer::Impl final : public SessionHost,
   spdlog::logger& log() override { return *log_; }
   void on_session_closed(SessionId id, bool for_limit, bool unauthenticated) override {
     state_.drop_session(id);
+    pending_handshakes_.remove(id);
     auto it = sessions_.find(id);
     if (it != sessions_.end()) {
       auto count = per_address_.find(it->second->address());
@@ -163,7 +165,10 @@ class StoreServer::Impl final : public SessionHost,
   bool address_has_spoken(const std::string& address) const override {
     return spoken_per_address_.contains(address);
   }
-  void on_session_spoke(const std::string& address) override { ++spoken_per_address_[address]; }
+  void on_session_spoke(SessionId id, const std::string& address) override {
+    ++spoken_per_address_[address];
+    pending_handshakes_.remove(id);
+  }
   void log_flood_close(FloodClose kind, const std::string& peer,
                        const std::string& reason) override {
     flood_log_.closed(kind, peer, reason);
@@ -303,6 +308,31 @@ class StoreServer::Impl final : public SessionHost,
     }
   }
 
+  // Closes `victim` (a connection that has not completed the token handshake) to make room for a
+  // newcomer at `limit`; false when there is none.
+  bool make_room(std::optional<SessionId> victim, const char* limit) {
+    if (!victim) return false;
+    auto it = sessions_.find(*victim);
+    if (it == sessions_.end()) return false;
+    std::shared_ptr<Session> s = it->second;  // held: closing erases it from sessions_
+    s->give_way(std::string("token handshake not completed; its place at ") + limit +
+                " goes to a newer connection");
+    return true;
+  }
+
+  // Turns away a connection at a limit, with a line a second at most about it.
+  void refuse(tcp::socket socket, const std::string& why) {
+    ++stats_.refused;
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_refusal_log_ > std::chrono::seconds(1)) {
+      log_->warn("{}; {} refused so far", why, stats_.refused);
+      last_refusal_log_ = now;
+    }
+    std::error_code ignored;
+    socket.close(ignored);
+    do_accept();
+  }
+
   void do_accept() {
     acceptor_.async_accept([self = shared_from_this()](std::error_code ec, tcp::socket socket) {
       self->on_accept(ec, std::move(socket));
@@ -322,51 +352,42 @@ class StoreServer::Impl final : public SessionHost,
       return;
     }
     ++stats_.accepted;
-    if (sessions_.size() >= options_.max_connections) {
-      ++stats_.refused;
-      auto now = std::chrono::steady_clock::now();
-      if (now - last_refusal_log_ > std::chrono::seconds(1)) {
-        log_->warn(
-            "refusing connections: {} open reaches --max-connections ({}); {} refused so far",
-            sessions_.size(), options_.max_connections, stats_.refused);
-        last_refusal_log_ = now;
-      }
-      std::error_code ignored;
-      socket.close(ignored);
-      do_accept();
-      return;
-    }
     std::error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);
     std::string peer, peer_addr;
     auto ep = socket.remote_endpoint(ignored);
     if (!ignored) {
       peer_addr = ep.address().to_string();
       peer = peer_addr + ":" + std::to_string(ep.port());
     }
-    const size_t per_address_limit = options_.max_connections_per_address;
-    if (per_address_limit > 0 && per_address_[peer_addr] >= per_address_limit) {
-      ++stats_.refused;
-      auto now = std::chrono::steady_clock::now();
-      if (now - last_refusal_log_ > std::chrono::seconds(1)) {
-        log_->warn(
-            "refusing connections from {}: it holds {} (--max-connections-per-address); "
-            "{} refused so far",
-            peer_addr, per_address_[peer_addr], stats_.refused);
-        last_refusal_log_ = now;
-      }
-      socket.close(ignored);
-      do_accept();
-      return;
-    }
     bool must_authenticate = !options_.auth_token.empty();
     for (const auto& net : options_.allow_unauthenticated)
       if (must_authenticate && net.contains(peer_addr)) must_authenticate = false;
+    // At a limit, a newcomer that must authenticate takes the place of the oldest connection that
+    // has not (pending_handshakes.h); otherwise it is turned away.
+    if (sessions_.size() >= options_.max_connections &&
+        !make_room(must_authenticate ? pending_handshakes_.oldest() : std::nullopt,
+                   "--max-connections")) {
+      refuse(std::move(socket), "refusing connections: " + std::to_string(sessions_.size()) +
+                                    " open reaches --max-connections (" +
+                                    std::to_string(options_.max_connections) + ")");
+      return;
+    }
+    const size_t per_address_limit = options_.max_connections_per_address;
+    if (per_address_limit > 0 && per_address_[peer_addr] >= per_address_limit &&
+        !make_room(must_authenticate ? pending_handshakes_.oldest(peer_addr) : std::nullopt,
+                   "--max-connections-per-address")) {
+      refuse(std::move(socket), "refusing connections from " + peer_addr + ": it holds " +
+                                    std::to_string(per_address_[peer_addr]) +
+                                    " (--max-connections-per-address)");
+      return;
+    }
+    socket.set_option(tcp::no_delay(true), ignored);
     SessionId id = next_id_++;
     auto session = std::make_shared<Session>(
         *this, std::move(socket), id, peer.empty() ? "?" : peer, peer_addr, must_authenticate);
     sessions_.emplace(id, session);
     ++per_address_[peer_addr];
+    if (must_authenticate) pending_handshakes_.add(id, peer_addr);
     session->start();
     do_accept();
   }
@@ -389,6 +410,7 @@ class StoreServer::Impl final : public SessionHost,
   std::unordered_map<SessionId, std::shared_ptr<Session>> sessions_;
   std::unordered_map<std::string, size_t> per_address_;         // open sessions by client address
   std::unordered_map<std::string, size_t> spoken_per_address_;  // of which have spoken
+  PendingHandshakes pending_handshakes_;  // of which must authenticate and have not
   StoreServerStats stats_;
   ServerCounters counters_;
   uint64_t connection_bytes_ = 0;  // sum of every session's footprint()

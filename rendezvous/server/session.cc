@@ -132,6 +132,10 @@ void Session::close_for_memory(const std::string& reason) {
   close(reason, true);
 }
 
+void Session::give_way(const std::string& reason) {
+  close(reason, false, /*unauthenticated=*/true);
+}
+
 void Session::do_read() {
   if (closed_ || read_in_flight_ || backlogged()) return;
   std::span<uint8_t> space = handler_.read_space();
@@ -170,7 +174,7 @@ void Session::process() {
   }
   if (!spoke_ && (must_authenticate_ ? handler_.authenticated() : handler_.requests() > 0)) {
     spoke_ = true;
-    host_.on_session_spoke(address_);
+    host_.on_session_spoke(id_, address_);
   }
   watch_partial_request();
   flush();

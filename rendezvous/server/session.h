@@ -51,8 +51,8 @@ class SessionHost {
                                const std::string& reason) = 0;
   // Whether an open connection from `address` has spoken (see Session::spoke()).
   virtual bool address_has_spoken(const std::string& address) const = 0;
-  // The session has just spoken for the first time.
-  virtual void on_session_spoke(const std::string& address) = 0;
+  // Session `id` from `address` has just spoken for the first time (see Session::spoke()).
+  virtual void on_session_spoke(SessionId id, const std::string& address) = 0;
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -84,6 +84,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // Closes the connection with a log line naming the peer and `reason`, counted as closed for a
   // limit. Call from a handler of its own (not while the state runs a request).
   void close_for_memory(const std::string& reason);
+  // Closes a connection that has not completed the token handshake to make room for a newer one
+  // (pending_handshakes.h), counted and logged as refused for its token. Same caveat.
+  void give_way(const std::string& reason);
 
  private:
   void do_read();

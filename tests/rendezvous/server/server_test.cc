@@ -13,10 +13,11 @@
 #include <thread>
 #include <vector>
 
-#include "cohort/rdzv/auth.h"
-#include "cohort/rdzv/cohortd.h"
 #include "../hex.h"
 #include "../raw_client.h"
+#include "cohort/rdzv/auth.h"
+#include "cohort/rdzv/cohortd.h"
+#include "cohort/rdzv/tcp_store.h"
 
 namespace cohort::rdzv {
 namespace {
@@ -347,6 +348,34 @@ TEST(StoreServer, OneAddressCannotHoldMoreThanItsShare) {
   RawClient again(server.port());
   again.send(unhex("06"));  // GETNUMKEYS, 1.13 dialect
   EXPECT_TRUE(again.read(8));
+}
+
+TEST(StoreServer, AtItsShareTheOldestHalfHandshakeOfAnAddressGivesWayToANewcomer) {
+  StoreServerOptions o = local();
+  o.max_connections_per_address = 4;
+  o.auth_token = "s3cret-token-of-some-length";
+  StoreServerThread server(o);
+  // The address's share: one authenticated connection and three half handshakes.
+  TcpStoreOptions c;
+  c.port = server.port();
+  c.auth_token = o.auth_token;
+  c.timeout = 5s;
+  TcpStore holder(c);
+  std::vector<std::unique_ptr<RawClient>> half;
+  for (int i = 0; i < 3; ++i) {
+    half.push_back(std::make_unique<RawClient>(server.port()));
+    half.back()->send(unhex("41"));  // HELLO, then never the proof
+    ASSERT_TRUE(half.back()->read(auth::kChallengeBytes));
+  }
+  // A newcomer takes the place of the oldest half handshake, not of the authenticated one, and
+  // completes its own handshake.
+  TcpStore newcomer(c);
+  newcomer.set("k", "v");
+  EXPECT_EQ(holder.get("k"), "v");
+  EXPECT_TRUE(half[0]->closed_by_peer(2s)) << "the oldest half handshake was kept";
+  EXPECT_TRUE(half[1]->silent_for(200ms)) << "a younger one gave way too";
+  EXPECT_EQ(server.stats().refused, 0u);
+  EXPECT_TRUE(eventually([&] { return server.stats().connections == 4; }));
 }
 
 TEST(StoreServer, AHandshakeNeverFinishedIsClosedAtItsTimeout) {
