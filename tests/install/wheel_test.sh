@@ -32,9 +32,18 @@ if command -v ccache >/dev/null; then
 fi
 # cc and c++, as a plain CMake configure picks (the Release build's): scikit-build-core would take
 # Python's gcc and g++, and ccache keys on the compiler's name, so nothing would hit.
+# The build folder is kept beside the work folder, under the build tree (pyproject.toml names
+# none, so that `pip install .` leaves nothing in the clone): its paths relative to the sources
+# are the same in every clone, so ccache hits across clones, and ninja rebuilds only what changed.
 (cd "$src" && CC=${CC:-cc} CXX=${CXX:-c++} CMAKE_ARGS="$launcher" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-   "$builder/bin/pip" wheel -q --no-build-isolation --no-deps -w "$work/dist" .) \
-   >"$work/wheel.log" 2>&1 || fail "pip wheel failed: $(tail -30 "$work/wheel.log")"
+   "$builder/bin/pip" wheel -v --no-build-isolation --no-deps -C build-dir="$work.build" \
+   -w "$work/dist" .) >"$work/wheel.log" 2>&1 || fail "pip wheel failed: $(tail -30 "$work/wheel.log")"
+# -v shows what the build does (pip otherwise says only "still running"): CMake's progress.
+grep -qE '^ *\[[0-9]+/[0-9]+\] ' "$work/wheel.log" || grep -q 'ninja: no work to do' "$work/wheel.log" ||
+  fail "pip wheel -v showed no build progress: $(tail -30 "$work/wheel.log")"
+[[ -f $work.build/CMakeCache.txt ]] || fail "the wheel was not built in $work.build"
+# A build-dir in pyproject.toml would make every user's `pip install .` leave it in the clone.
+! grep -q '^build-dir' "$src/pyproject.toml" || fail "pyproject.toml sets a build-dir"
 wheel=$(ls "$work"/dist/cohort-*.whl)
 
 base=$("$torch_python" -c 'import sys; print(sys._base_executable)')
@@ -48,7 +57,7 @@ from importlib.metadata import entry_points
 (ep,) = [e for e in entry_points(group="torchrun.handlers") if e.name == "cohort"]
 assert callable(ep.load()()), ep
 PYEOF
-for b in cohortrun cohortd; do
+for b in cohortrun cohortd cohortctl; do
   [[ -x $work/venv/bin/$b ]] || fail "the wheel put no $b in the venv's bin"
   "$work/venv/bin/$b" --version | grep -q "^$b 0" || fail "$b --version from the venv"
 done
