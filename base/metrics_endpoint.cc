@@ -1,5 +1,7 @@
 #include "cohort/base/metrics_endpoint.h"
 
+#include <fcntl.h>
+
 #include <asio/ip/tcp.hpp>
 #include <asio/ip/v6_only.hpp>
 #include <asio/steady_timer.hpp>
@@ -102,6 +104,9 @@ class MetricsEndpoint::Impl : public std::enable_shared_from_this<Impl> {
     }
     tcp::endpoint ep(addr, static_cast<uint16_t>(address.port));
     acceptor_.open(ep.protocol(), ec);
+    // Asio opens and accepts without SOCK_CLOEXEC: the processes this one starts (cohortrun's
+    // workers) must not hold the port or a scraper's connection.
+    if (!ec) ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
     if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec && ep.address().is_v6()) acceptor_.set_option(asio::ip::v6_only(false), ec);
     if (!ec) acceptor_.bind(ep, ec);
@@ -158,6 +163,7 @@ class MetricsEndpoint::Impl : public std::enable_shared_from_this<Impl> {
         });
         return;
       }
+      ::fcntl(s.native_handle(), F_SETFD, FD_CLOEXEC);  // as the acceptor's
       if (self->open_.size() >= kMaxConnections) self->finish(self->open_.begin()->second);
       self->serve(std::make_shared<Connection>(std::move(s), self->next_seq_++));
       self->accept();

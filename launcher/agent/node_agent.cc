@@ -11,9 +11,11 @@
 #include <sstream>
 
 #include "cohort/base/logging.h"
+#include "cohort/base/printable.h"
 #include "cohort/base/worker_env_names.h"
 #include "cohort/error.h"
 #include "failure/error_file.h"
+#include "failure/failure_hints.h"
 #include "failure/failure_report.h"
 #include "gpu/gpu_preflight.h"
 #include "rdzv/elastic_job.h"
@@ -77,6 +79,7 @@ NodeAgent::NodeAgent(JobPlan plan, EnvMap env, NodeAgentDeps deps)
       progress_timer_(clock_.make_timer()) {}
 
 NodeAgent::~NodeAgent() {
+  probe_.reset();  // joins its thread: nothing is posted to the loop after this
   std::error_code ignored;
   signals_.cancel(ignored);
   group_.reset();
@@ -128,6 +131,7 @@ void NodeAgent::start() {
   if (deps_.real_process) {
     ::signal(SIGPIPE, SIG_IGN);  // a console or peer that went away is an error code, not death
     reaper_ = std::make_unique<Reaper>();  // before any thread exists
+    start_worker_cgroup();
     if (!become_child_subreaper())
       log_->info("cannot become the child subreaper; escaped descendants are left to the reaper");
     if (plan_.config.sweep_orphans) {
@@ -150,17 +154,60 @@ void NodeAgent::start() {
     gpu_->start();
     if (plan_.config.gpu_preflight) run_gpu_preflight(*gpu_, plan_.host, *log_);
   }
+  if (deps_.real_process && !plan_.command.interpreter.empty()) start_interpreter_probe();
   start_file_timer();
   rdzv_ = make_rendezvous();
   if (deps_.real_process) start_observer();
   handle(agent_.start());
 }
 
+void NodeAgent::start_interpreter_probe() {
+  std::vector<std::string> env;
+  for (const auto& [k, v] : env_) env.push_back(k + "=" + v);
+  probe_ = std::make_unique<InterpreterProbe>(
+      plan_.command.interpreter, std::move(env),
+      [this](const std::optional<InterpreterInfo>& info) {
+        asio::post(io_, [this, info] {
+          if (!info || stopped_) return;
+          log_->info("the workers run {}: {}", info->executable, describe_python(*info));
+        });
+      });
+}
+
+void NodeAgent::start_worker_cgroup() {
+  std::string why;
+  if (auto off = env_.find("COHORT_WORKER_CGROUP"); off != env_.end() && off->second == "off") {
+    why = "COHORT_WORKER_CGROUP=off";
+  } else {
+    std::string name = agent_id();
+    std::replace(name.begin(), name.end(), ':', '-');
+    cgroup_ = WorkerCgroup::create(name, &why);
+  }
+  if (cgroup_) {
+    if (reaper_) reaper_->watch_cgroup(cgroup_->path());
+    log_->info("the workers run in the cgroup {}: whatever they start ends with them",
+               cgroup_->path());
+  } else {
+    log_->info(
+        "no cgroup for the workers ({}): a descendant that leaves its process group and clears "
+        "its environment could outlive a SIGKILL of cohortrun",
+        why);
+  }
+}
+
+void NodeAgent::clear_leftovers() {
+  int n = cgroup_ ? cgroup_->kill_and_wait(1000ms) : 0;
+  n += kill_stray_children(keep_pids(), 1000ms);
+  if (n > 0) log_->warn("killed {} process(es) the last group's workers left behind", n);
+}
+
 void NodeAgent::start_observer() {
   NodeObserverOptions o;
   o.run_id = plan_.run_id;
   o.host = plan_.host;
-  o.metrics = metrics_address(plan_.config.metrics_addr, plan_.config.metrics_port, "0.0.0.0");
+  // Loopback unless told otherwise (--metrics-addr 0.0.0.0:PORT): the metrics name hosts, pids and
+  // GPUs, and nothing on the network needs them by default.
+  o.metrics = metrics_address(plan_.config.metrics_addr, plan_.config.metrics_port, "127.0.0.1");
   o.straggler_factor = plan_.config.straggler_factor;
   o.straggler_window = plan_.config.straggler_window;
   if (plan_.config.rdzv_backend == RdzvBackend::kEtcd) o.publish_interval = 5000ms;
@@ -261,6 +308,7 @@ std::set<pid_t> NodeAgent::keep_pids() const {
   if (group_)
     for (pid_t p : group_->running_pids()) keep.insert(p);
   if (reaper_ && reaper_->pid() > 0) keep.insert(reaper_->pid());
+  if (probe_ && probe_->pid() > 0) keep.insert(probe_->pid());
   if (rdzv_ && rdzv_->store_process() > 0) keep.insert(rdzv_->store_process());
   return keep;
 }
@@ -344,12 +392,12 @@ void NodeAgent::rendezvous(int after_round) {
         [this, round = a.round](Outcome o) {
           if (o.kind != Outcome::kSucceeded && o.node_rank != assignment_.node_rank) {
             log_->warn("round {} ended on node {}: {}", round, o.node_rank,
-                       o.detail.empty() ? "failed" : o.detail);
+                       o.detail.empty() ? "failed" : printable(o.detail, false));
           }
           handle(agent_.on_outcome(round, o));
         },
         [this](std::string e) {
-          if (!finishing_ && !stopped_) handle(agent_.on_fatal("lost the store: " + e));
+          if (!finishing_ && !stopped_) handle(agent_.on_fatal(e));
         });
     handle(agent_.on_rendezvous_done(a));
   });
@@ -381,10 +429,7 @@ void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outco
   assignment_ = a;
   group_.reset();
   if (observer_) observer_->new_round();
-  if (deps_.real_process) {
-    if (int n = kill_stray_children(keep_pids(), 1000ms); n > 0)
-      log_->warn("killed {} process(es) the last group's workers left behind", n);
-  }
+  if (deps_.real_process) clear_leftovers();
   if (a.restart_count > 0 || a.round > 0) {
     log_->warn(
         "starting the worker group: round {}, restart {} of at most {}, {} node(s), world "
@@ -402,6 +447,8 @@ void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outco
     handle(agent_.on_fatal(std::string("cannot prepare the workers: ") + e.what()));
     return;
   }
+  if (cgroup_)
+    for (auto& w : spec.workers) w.request.cgroup_procs_fd = cgroup_->procs_fd();
   if (gpu_) gpu_->workers_started();
   WorkerGroupEvents events;
   events.exited = [this](int lr, std::optional<WorkerFailure> f) {
@@ -544,30 +591,36 @@ void NodeAgent::report(const action::Finish& f, std::vector<WorkerFailure> failu
     std::string why = !f.reason.empty()                         ? f.reason
                       : f.outcome && !f.outcome->detail.empty() ? f.outcome->detail
                                                                 : std::string();
-    err_->write_blocking("cohortrun: the job was stopped" + (why.empty() ? "" : ": " + why) + "\n",
-                         2s);
+    err_->write_blocking(
+        printable("cohortrun: the job was stopped" + (why.empty() ? "" : ": " + why)) + "\n", 2s);
     return;
   }
   std::string text = format_failure_report(plan_.command.title, failures, assignment_.world_size);
-  // A missing module usually means the wrong interpreter: say which one ran.
-  const bool missing_module = std::any_of(failures.begin(), failures.end(), [](const auto& w) {
-    return w.traceback.find("ModuleNotFoundError") != std::string::npos ||
-           w.message.find("ModuleNotFoundError") != std::string::npos;
-  });
-  if (missing_module && !plan_.command.interpreter.empty()) {
-    text += "cohortrun: the workers ran under " +
-            describe_interpreter(plan_.command.interpreter, env_) +
-            "; set PYTHON_EXEC to the Python that has the module (or start cohortrun as `python "
-            "-m cohort.run` from that environment)\n";
+  // Which Python ran the workers, and what its PyTorch is: a missing module, or a PyTorch of
+  // another version than the script needs, is most often the wrong interpreter.
+  HintContext hints;
+  if (!plan_.command.interpreter.empty()) {
+    hints.interpreter = describe_interpreter(plan_.command.interpreter, env_);
+    if (auto info = probe_ ? probe_->wait(1000ms) : std::nullopt)
+      hints.interpreter += ": " + describe_python(*info);
   }
-  err_->write_blocking(text, 2s);
+  for (const std::string& line : failure_hints(failures, hints)) text += line;
+  // Error files, stderr tails and records from the store are others' text: a terminal must not
+  // act on an escape sequence in them.
+  err_->write_blocking(printable(text), 2s);
   auto parent = env_.find(worker_env::kErrorFile);
   if (parent != env_.end() && !parent->second.empty()) {
     auto first =
         *std::min_element(failures.begin(), failures.end(),
                           [](const auto& a, const auto& b) { return a.timestamp < b.timestamp; });
+    // The root cause's own file when it failed here, as read then (never again on the loop);
+    // the failures from the store do not carry it.
     std::optional<ErrorFileContent> child;
-    if (!first.error_file.empty()) child = read_error_file(first.error_file);
+    for (const WorkerFailure& mine : f.local_failures) {
+      if (mine.pid == first.pid && mine.global_rank == first.global_rank &&
+          !mine.error_file_text.empty())
+        child = parse_error_file(mine.error_file_text);
+    }
     write_parent_error_file(parent->second, child, first.message, first.exit_code);
   }
 }
@@ -583,7 +636,10 @@ void NodeAgent::shut_down() {
   signals_.cancel(ignored);
   observer_.reset();  // before what it reads
   group_.reset();
-  if (deps_.real_process) kill_stray_children(keep_pids(), 1000ms);
+  if (deps_.real_process) {
+    if (cgroup_) cgroup_->kill_and_wait(1000ms);
+    kill_stray_children(keep_pids(), 1000ms);
+  }
   rdzv_.reset();  // interrupts a store call still blocked, joins the store threads
   // What the console has not taken yet, within a bound: a console nobody reads cannot hold
   // cohortrun back.

@@ -21,16 +21,18 @@
 
 #include "agent/agent.h"
 #include "cohort/base/environment.h"
-#include "loop/console.h"
 #include "failure/event_log.h"
-#include "workers/file_timer.h"
 #include "gpu/gpu_monitor.h"
-#include "plan/job_plan.h"
-#include "rdzv/job_rendezvous.h"
+#include "loop/console.h"
 #include "loop/loop_clock.h"
 #include "observe/node_observer.h"
+#include "plan/interpreter_probe.h"
+#include "plan/job_plan.h"
+#include "rdzv/job_rendezvous.h"
+#include "workers/file_timer.h"
 #include "workers/process_spawner.h"
 #include "workers/reaper.h"
+#include "workers/worker_cgroup.h"
 #include "workers/worker_group.h"
 
 namespace spdlog {
@@ -96,6 +98,12 @@ class NodeAgent {
   void start_file_timer();
   // The status records, the straggler check and the metrics endpoint (node_observer.h).
   void start_observer();
+  // Asks the workers' Python which it is and which PyTorch it finds (interpreter_probe.h).
+  void start_interpreter_probe();
+  // The workers' cgroup, where this agent may make one (worker_cgroup.h); says which applies.
+  void start_worker_cgroup();
+  // Kills what the last group's workers left: their cgroup's processes, then stray children.
+  void clear_leftovers();
 
   JobPlan plan_;
   EnvMap env_;
@@ -111,6 +119,8 @@ class NodeAgent {
   ConsoleStream* err_;
   std::shared_ptr<spdlog::logger> log_;
   std::unique_ptr<Reaper> reaper_;
+  std::unique_ptr<WorkerCgroup> cgroup_;     // the workers' (real processes, where permitted)
+  std::unique_ptr<InterpreterProbe> probe_;  // Python workers of real processes
   asio::signal_set signals_;
   Agent agent_;
   std::unique_ptr<JobRendezvous> rdzv_;

@@ -10,6 +10,7 @@
 
 #include "cohort/base/cli11.h"
 #include "cohort/base/net.h"
+#include "cohort/base/printable.h"
 #include "cohort/error.h"
 #include "cohort/rdzv/auth.h"
 #include "cohort/rdzv/tcp_store.h"
@@ -37,11 +38,13 @@ std::string look(TcpStore& store, const CtlConfig& c) {
                                (known.empty() ? " (it holds no job)" : "; its jobs: " + known));
     }
     JobStatus job = read_job(store, it->first, it->second);
-    return c.json ? job_detail_json(job, now) + "\n" : render_job_detail(job, now);
+    return c.json ? job_detail_json(job, now) + "\n" : printable(render_job_detail(job, now));
   }
   std::vector<JobStatus> all;
   for (const auto& [id, keys] : jobs) all.push_back(read_job(store, id, keys));
-  return c.json ? job_list_json(all, now) + "\n" : render_job_list(all, now);
+  // Job names, hosts, states and tracebacks are what clients of the store wrote: a terminal
+  // must not act on an escape sequence in them (the JSON escapes them itself).
+  return c.json ? job_list_json(all, now) + "\n" : printable(render_job_list(all, now));
 }
 
 }  // namespace
@@ -109,6 +112,8 @@ int run_status(const CtlConfig& c) {
   const auto limit = std::chrono::milliseconds(static_cast<int64_t>(c.connect_timeout_s * 1000));
   o.connect_timeout = limit;
   o.timeout = limit;
+  // One record is kilobytes; a value larger than this is someone else's, and not read whole.
+  o.max_reply_bytes = 4 << 20;
   std::optional<TcpStore> store;
   try {
     store.emplace(o);
@@ -140,7 +145,7 @@ int run_status(const CtlConfig& c) {
       std::fputs(look(*store, c).c_str(), stdout);
       return 0;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "cohortctl: %s\n", e.what());
+      std::fprintf(stderr, "cohortctl: %s\n", printable(e.what()).c_str());
       return 1;
     }
   }
@@ -158,7 +163,7 @@ int run_status(const CtlConfig& c) {
     try {
       text = look(*store, c);
     } catch (const std::exception& e) {
-      text = std::string("cohortctl: ") + e.what() + " (retrying)\n";
+      text = "cohortctl: " + printable(e.what()) + " (retrying)\n";
     }
     if (tty) std::fputs("\033[H\033[2J", stdout);
     std::fputs(text.c_str(), stdout);

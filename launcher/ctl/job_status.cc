@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "cohort/error.h"
+#include "cohort/rdzv/store.h"
 #include "rdzv/round_ops.h"
 #include "rdzv/store_keys.h"
 
@@ -18,19 +19,47 @@ std::optional<int> number(std::string_view s) {
   return v;
 }
 
-// The values of `keys`, in one request when they are all still there; a key deleted since it
-// was listed (a job cleaning up) is left out instead of waited for.
-std::map<std::string, std::string> fetch(Store& store, const std::vector<std::string>& keys) {
+// The values of `keys`, a batch per request; a key deleted since it was listed (a job cleaning
+// up) is left out instead of waited for. Any client of a tokenless store may write these keys:
+// a value the store client refuses as too large (TcpStoreOptions::max_reply_bytes) is left out,
+// and once kMaxJobBytes have been read the rest is, each named in *problems.
+std::map<std::string, std::string> fetch(Store& store, const std::vector<std::string>& keys,
+                                         std::vector<std::string>* problems) {
+  constexpr size_t kBatch = 16;  // at most 16 x the client's per-value bound in one reply
   std::map<std::string, std::string> out;
-  if (keys.empty()) return out;
-  if (store.check(keys)) {
-    auto values = store.multi_get(keys);
-    for (size_t i = 0; i < keys.size() && i < values.size(); ++i) out[keys[i]] = values[i];
-    return out;
-  }
-  for (const auto& k : keys) {
-    std::vector<std::string> one{k};
-    if (store.check(one)) out[k] = store.get(k);
+  size_t bytes = 0;
+  auto keep = [&](const std::string& k, std::string v) {
+    bytes += v.size();
+    out[k] = std::move(v);
+  };
+  for (size_t at = 0; at < keys.size(); at += kBatch) {
+    if (bytes > kMaxJobBytes) {
+      problems->push_back(std::to_string(keys.size() - at) + " records not read: the job's " +
+                          "records read so far reach " + std::to_string(kMaxJobBytes >> 20) +
+                          " MiB");
+      break;
+    }
+    const std::vector<std::string> batch(
+        keys.begin() + static_cast<std::ptrdiff_t>(at),
+        keys.begin() + static_cast<std::ptrdiff_t>(std::min(at + kBatch, keys.size())));
+    try {
+      if (store.check(batch)) {
+        auto values = store.multi_get(batch);
+        for (size_t i = 0; i < batch.size() && i < values.size(); ++i)
+          keep(batch[i], std::move(values[i]));
+        continue;
+      }
+    } catch (const StoreError&) {
+      // One of them is too large, most likely: key by key below.
+    }
+    for (const auto& k : batch) {
+      try {
+        std::vector<std::string> one{k};
+        if (store.check(one)) keep(k, store.get(k));
+      } catch (const StoreError& e) {
+        problems->push_back(k + ": not read: " + e.what());
+      }
+    }
   }
   return out;
 }
@@ -106,7 +135,7 @@ JobStatus read_job(Store& store, const std::string& run_id,
     if (key.round >= 0) job.round = std::max(job.round, key.round);
     wanted.push_back(full);
   }
-  auto values = fetch(store, wanted);
+  auto values = fetch(store, wanted, &job.problems);
   auto value = [&](const std::string& k) -> const std::string* {
     auto it = values.find(k);
     return it == values.end() ? nullptr : &it->second;
@@ -121,7 +150,7 @@ JobStatus read_job(Store& store, const std::string& run_id,
   }
 
   // The nodes of every round (the latest's are the job's nodes; each round's give its world).
-  std::map<int, int> world_of;
+  std::map<int, int64_t> world_of;
   std::map<int, std::string> max_restarts_setting;
   for (const auto& [r, ks] : node_keys) {
     std::vector<NodeInfo> nodes;
@@ -217,7 +246,7 @@ JobStatus read_job(Store& store, const std::string& run_id,
     job.nnodes = std::max(job.nnodes, lead->nnodes);
     job.max_restarts = lead->max_restarts;
     if (job.workers == 0)
-      for (const auto& s : job.node_status) job.workers += static_cast<int>(s.workers.size());
+      for (const auto& s : job.node_status) job.workers += static_cast<int64_t>(s.workers.size());
   } else if (job.round >= 0) {
     job.state = job.nodes.empty() ? "rendezvous" : "running";
   }

@@ -4,9 +4,13 @@
 // (keys::current_round(), rdzv/store_keys.h). Only reads: never waits for a key, never writes.
 //
 // A record that cannot be parsed (another version's, or half a job) is skipped and named in
-// `problems`, so that one bad key does not hide the rest of the job.
+// `problems`, so that one bad key does not hide the rest of the job. Any client of a tokenless
+// store can write these keys: what is read is bounded (kMaxJobBytes a job; the store client
+// bounds each value), and the rest skipped and named in `problems` too.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -19,12 +23,15 @@
 
 namespace cohort::launch {
 
+// The most of a job's records read in one look (a real job's are kilobytes per node).
+inline constexpr size_t kMaxJobBytes = 64 << 20;
+
 // One round that ended badly (or is known to have ended): its outcome and failure reports.
 struct RoundRecord {
   int round = 0;
   std::optional<Outcome> outcome;
   std::vector<WorkerFailure> failures;  // every node's reports, plus the outcome's first failure
-  int world_size = 0;                   // from the round's node records (0: unknown)
+  int64_t world_size = 0;               // from the round's node records (0: unknown)
 };
 
 struct JobStatus {
@@ -34,7 +41,7 @@ struct JobStatus {
   std::vector<NodeInfo> nodes;
   std::vector<NodeStatus> node_status;  // every status/<n> record, by node rank
   int nnodes = 0;
-  int workers = 0;
+  int64_t workers = 0;
   int restarts = 0;
   int max_restarts = -1;  // -1: unknown
   // "running", "rendezvous", "succeeded", "failed", "aborted", "restarting", ... (the nodes' own

@@ -67,6 +67,13 @@ std::string host_of(const JobStatus& job, const NodeStatus& s) {
   return "?";
 }
 
+// JSON with every character past ASCII escaped: C1 controls and bidirectional overrides that
+// a client of the store wrote reach a terminal showing the document as "\u009b", never raw
+// (the C0 ones, ESC included, are escaped in any case).
+std::string json_ascii(const json& j) {
+  return j.dump(-1, ' ', true, json::error_handler_t::replace);
+}
+
 json failure_json(const WorkerFailure& f) {
   return json::parse(to_json(f));
 }
@@ -199,7 +206,7 @@ std::string job_list_json(const std::vector<JobStatus>& jobs, double now) {
                     {"updated", j.updated},
                     {"age_s", age_of(j.updated, now)}});
   }
-  return json_text(json{{"jobs", list}});
+  return json_ascii(json{{"jobs", list}});
 }
 
 std::string job_detail_json(const JobStatus& job, double now) {
@@ -235,7 +242,7 @@ std::string job_detail_json(const JobStatus& job, double now) {
   }
   j["rounds"] = rounds;
   j["problems"] = job.problems;
-  return json_text(j);
+  return json_ascii(j);
 }
 
 }  // namespace cohort::launch

@@ -1,20 +1,36 @@
 #include "failure/error_file.h"
 
+#include "failure/bounded_file.h"
+
 #include <unistd.h>
 
 #include <cstdio>
 #include <ctime>
 #include <fstream>
-#include <sstream>
 
 namespace cohort::launch {
 
 std::optional<ErrorFileContent> read_error_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return std::nullopt;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return error_file::parse(ss.str());
+  BoundedFile f = read_bounded_file(path, kMaxErrorFileBytes);
+  switch (f.status) {
+    case BoundedFile::Status::kMissing:
+      return std::nullopt;
+    case BoundedFile::Status::kRead:
+      return error_file::parse(f.text);
+    case BoundedFile::Status::kTooLarge: {
+      ErrorFileContent c;
+      c.message = "the error file is " + std::to_string(f.size >> 20) + " MiB, over the " +
+                  std::to_string(kMaxErrorFileBytes >> 20) +
+                  " MiB cohortrun reads (above: its end)";
+      c.traceback = std::move(f.text);  // the summary shows its last lines
+      return c;
+    }
+    case BoundedFile::Status::kRefused:
+      break;
+  }
+  ErrorFileContent c;
+  c.message = "the error file " + f.problem + "; not read";
+  return c;
 }
 
 void write_parent_error_file(const std::string& path, const std::optional<ErrorFileContent>& child,

@@ -3,6 +3,7 @@
 // The format itself is the contract in cohort/base/error_file_format.h, shared with the writer.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -18,8 +19,15 @@ inline ErrorFileContent parse_error_file(const std::string& text) {
   return error_file::parse(text);
 }
 
-// Reads `path`. nullopt when it does not exist; a content whose message names the problem when
-// it exists but is not in either of torchrun's two formats.
+// The most of an error file that is read: a traceback is kilobytes; a larger file is read from
+// its end (and then not parsed).
+inline constexpr size_t kMaxErrorFileBytes = 1 << 20;
+
+// Reads `path`, a file the worker controls: a regular file only, never through a symbolic link,
+// at most kMaxErrorFileBytes, never waiting for a FIFO's writer (read_bounded_file). nullopt when
+// it does not exist; else a content whose message names the problem when it is refused, too
+// large, or in neither of torchrun's two formats. Can still block where the file system does: on
+// an event loop, use ErrorFileReader (error_file_reader.h).
 std::optional<ErrorFileContent> read_error_file(const std::string& path);
 
 // Writes (atomically) an error file at `path` for a launcher's launcher: the root cause's own

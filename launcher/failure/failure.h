@@ -23,6 +23,9 @@ struct WorkerFailure {
   // What NVML said about the worker's GPU when it failed (an Xid, ECC errors, a thermal
   // throttle; GpuMonitor::failure_note), filled on the worker's own node; "" when nothing.
   std::string gpu;
+  // The error file as read (at most kMaxErrorFileBytes), on the worker's own node only: never
+  // published, for the error file cohortrun writes for its own launcher.
+  std::string error_file_text;
 };
 
 // How a round ended, decided once in the store by the first node to report.

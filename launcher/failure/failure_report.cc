@@ -27,6 +27,37 @@ std::string indent_lines(const std::string& text, size_t indent) {
   return out;
 }
 
+// The end of a traceback the summary shows: its last kTraceLines lines, at most kTraceBytes.
+constexpr size_t kTraceLines = 100;
+constexpr size_t kTraceBytes = 16 * 1024;
+
+std::string bounded_tail(const std::string& trace, const std::string& error_file) {
+  size_t start = trace.size();  // the tail shown is trace[start, end)
+  size_t lines = 0;
+  while (start > 0 && lines < kTraceLines) {
+    size_t before = start - 1;  // the line ending here, its own '\n' included
+    if (trace[before] == '\n') {
+      if (before == 0) {
+        start = 0;
+        break;
+      }
+      --before;
+    }
+    const size_t nl = trace.rfind('\n', before);
+    const size_t line_start = nl == std::string::npos ? 0 : nl + 1;
+    if (trace.size() - line_start > kTraceBytes) {
+      if (lines == 0) start = trace.size() - kTraceBytes;  // one huge line: its end
+      break;
+    }
+    start = line_start;
+    ++lines;
+  }
+  if (start == 0) return trace;
+  return "... (" + std::to_string(start) + " bytes before these left out" +
+         (error_file.empty() ? "" : "; the whole file: " + error_file) + ")\n" +
+         trace.substr(start);
+}
+
 void block(std::ostringstream& os, const WorkerFailure& f) {
   os << "[" << f.global_rank << "]:\n";
   os << "  time      : " << format_time(f.timestamp) << "\n";
@@ -40,7 +71,8 @@ void block(std::ostringstream& os, const WorkerFailure& f) {
   if (!f.traceback.empty() && !f.message.empty() && f.message != f.reason &&
       f.traceback.find(f.message) == std::string::npos)
     trace += "\n" + f.message;
-  os << "  traceback : " << indent_lines(trace.empty() ? "<N/A>" : trace, 2) << "\n";
+  os << "  traceback : "
+     << indent_lines(trace.empty() ? "<N/A>" : bounded_tail(trace, f.error_file), 2) << "\n";
 }
 
 }  // namespace
@@ -83,15 +115,18 @@ size_t root_cause(const std::vector<WorkerFailure>& failures) {
   return static_cast<size_t>(root - failures.begin());
 }
 
-std::vector<int> timeout_suspects(const std::vector<WorkerFailure>& failures, int world_size) {
+std::vector<int> timeout_suspects(const std::vector<WorkerFailure>& failures, int64_t world_size) {
   std::vector<int> alive;
-  if (failures.empty() || world_size <= 0 || !is_timeout(failures[root_cause(failures)]))
+  // A world size past any real job's comes from a record someone else wrote: no list then.
+  constexpr int64_t kMaxWorld = 1 << 24;
+  if (failures.empty() || world_size <= 0 || world_size > kMaxWorld ||
+      !is_timeout(failures[root_cause(failures)]))
     return alive;
   std::vector<bool> failed(static_cast<size_t>(world_size), false);
   for (const auto& f : failures)
     if (f.global_rank >= 0 && f.global_rank < world_size)
       failed[static_cast<size_t>(f.global_rank)] = true;
-  for (int r = 0; r < world_size; ++r)
+  for (int r = 0; r < static_cast<int>(world_size); ++r)
     if (!failed[static_cast<size_t>(r)]) alive.push_back(r);
   return alive;
 }

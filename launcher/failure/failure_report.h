@@ -24,6 +24,7 @@
 // rank that was late, or hung, is among them, and the rank that timed out only waited for it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,7 @@ std::string format_failure_report(const std::string& title, std::vector<WorkerFa
 size_t root_cause(const std::vector<WorkerFailure>& failures);
 // When the root cause timed out waiting: the ranks of the world (0..world_size-1) that had not
 // failed, among which is the one that was late or hung; empty otherwise.
-std::vector<int> timeout_suspects(const std::vector<WorkerFailure>& failures, int world_size);
+std::vector<int> timeout_suspects(const std::vector<WorkerFailure>& failures, int64_t world_size);
 // "1, 3, 5-9": ranks as a short list.
 std::string rank_list(const std::vector<int>& ranks);
 

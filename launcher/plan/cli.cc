@@ -317,6 +317,15 @@ const std::vector<Flag>& flags() {
         [](LaunchConfig& c, const std::string& v) {
           c.append_local_rank = switch_value("--append-local-rank", v);
         });
+    own("--legacy-local-rank", "",
+        "torch.distributed.launch's way in PyTorch 1.x: append --local_rank=N to each worker's "
+        "arguments (for scripts that parse --local_rank; the same as --append-local-rank "
+        "--local-rank-flag --local_rank)",
+        [](LaunchConfig& c, const std::string& v) {
+          if (!switch_value("--legacy-local-rank", v)) return;
+          c.append_local_rank = true;
+          c.local_rank_flag = "--local_rank";
+        });
     own("--local-rank-flag", "FLAG",
         "The flag --append-local-rank appends (default --local-rank; --local_rank for old "
         "scripts)",
@@ -416,13 +425,13 @@ const std::vector<Flag>& flags() {
           c.gpu_preflight = switch_value("--gpu-preflight", v);
         });
     own("--metrics-port", "PORT",
-        "Serve this node agent's Prometheus metrics at http://<host>:PORT/metrics (0: a free "
+        "Serve this node agent's Prometheus metrics at http://127.0.0.1:PORT/metrics (0: a free "
         "port, logged); off by default",
         [](LaunchConfig& c, const std::string& v) {
           c.metrics_port = int_value("--metrics-port", v, 0, 65535);
         });
     own("--metrics-addr", "HOST:PORT",
-        "Serve the metrics at this address instead (127.0.0.1:PORT keeps them off the network)",
+        "Serve the metrics at this address instead (0.0.0.0:PORT for scrapers on other hosts)",
         [](LaunchConfig& c, const std::string& v) {
           try {
             (void)metrics_address(v, -1, "");

@@ -125,6 +125,9 @@ std::unique_ptr<EndpointStore> EndpointStore::start(const std::string& listen_ho
   posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&files, out[1], 1);
   posix_spawn_file_actions_adddup2(&files, log_fd, 2);
+  // Nothing else of this agent's: it outlives the job, and a store connection or a listening
+  // socket it held would outlive it with it.
+  posix_spawn_file_actions_addclosefrom_np(&files, 3);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // A session of its own: a Ctrl-C or a signal to this job's process group does not reach it.

@@ -2,6 +2,8 @@
 
 #include "rdzv/round_ops.h"
 
+#include "cohort/base/printable.h"
+
 namespace cohort::launch {
 
 JobRendezvous::JobRendezvous(asio::io_context& io, LoopClock& clock, std::string run_id,
@@ -36,16 +38,31 @@ void JobRendezvous::watch_outcome(int round, std::function<void(Outcome)> on_out
   watched_round_ = round;
   on_outcome_ = on_outcome;
   on_watch_error_ = on_error;
+  // Both callbacks get their own copy of on_error (a lambda that captured it while it was being
+  // moved into the other argument got an empty one: bad_function_call on the first malformed
+  // outcome).
+  auto on_lost = [on_error](std::string what) { on_error("lost the store: " + what); };
+  const std::string key = keys::run_prefix(run_id_) + "/" + keys::outcome(round);
   bridge_->watch(
       keys::outcome(round),
-      [on_outcome, on_error](std::string text) {
+      [on_outcome, on_error, key, round](std::string text) {
+        Outcome o;
         try {
-          on_outcome(outcome_from_json(text));
+          o = outcome_from_json(text);
         } catch (const std::exception& e) {
-          on_error(e.what());
+          // Someone else wrote it (any client of a tokenless store can): no agent can decide the
+          // round any more, since the first outcome written is the one that stands.
+          on_error(printable("the store holds a malformed outcome for round " +
+                                 std::to_string(round) + " (" + key + " = '" + text.substr(0, 80) +
+                                 (text.size() > 80 ? "...'" : "'") + ": " + e.what() +
+                                 "), written by another client of the store; the job cannot go "
+                                 "on",
+                             false));
+          return;
         }
+        on_outcome(std::move(o));
       },
-      std::move(on_error));
+      std::move(on_lost));
 }
 
 void JobRendezvous::publish_failure(int round, int node_rank, int restart_count,

@@ -33,10 +33,17 @@ NodeInfo node_info_from_json(const std::string& text) {
     n.endpoint_store = j.value("endpoint_store", false);
     if (j.contains("settings"))
       n.settings = j.at("settings").get<std::map<std::string, std::string>>();
-    if (n.nproc < 1) throw ProtocolError("nproc < 1");
+    // Bounds that no real node reaches, so that sums over a round's nodes cannot overflow.
+    if (n.nproc < 1 || n.nproc > kMaxNodeWorkers)
+      throw ProtocolError("nproc " + std::to_string(n.nproc) + " outside 1.." +
+                          std::to_string(kMaxNodeWorkers));
+    if (n.node_rank < 0 || n.node_rank >= kMaxNodes)
+      throw ProtocolError("node_rank " + std::to_string(n.node_rank) + " outside 0.." +
+                          std::to_string(kMaxNodes - 1));
     return n;
   } catch (const std::exception& e) {
-    throw ProtocolError("malformed node record in the store ('" + text + "'): " + e.what());
+    throw ProtocolError("malformed node record in the store ('" + text.substr(0, 200) +
+                        (text.size() > 200 ? "...'" : "'") + "): " + e.what());
   }
 }
 

@@ -25,6 +25,10 @@ struct NodeInfo {
 
 std::string to_json(const NodeInfo& n);
 // Throws ProtocolError naming what is malformed.
+// What a node record may say (a record written by any client of the store is read back):
+// at most kMaxNodeWorkers workers, node ranks below kMaxNodes.
+inline constexpr int kMaxNodeWorkers = 1 << 16;
+inline constexpr int kMaxNodes = 1 << 16;
 NodeInfo node_info_from_json(const std::string& text);
 
 struct RankAssignment {

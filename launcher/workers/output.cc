@@ -12,6 +12,11 @@
 namespace cohort::launch {
 
 void TailBuffer::push(std::string_view line) {
+  // After a fatal signal's stack, Python's faulthandler (3.11+) lists every extension module
+  // loaded: a line of kilobytes that would crowd the stack out of the tail and says nothing
+  // about the failure.
+  if (line.starts_with("Extension modules: ") && line.find(" (total: ") != std::string_view::npos)
+    return;
   lines_.emplace_back(line.substr(0, max_bytes_));
   bytes_ += lines_.back().size();
   while (lines_.size() > max_lines_ || (bytes_ > max_bytes_ && lines_.size() > 1)) {

@@ -20,7 +20,8 @@ namespace cohort::launch {
 
 class ConsoleStream;
 
-// The last lines of a stream (at most `max_lines`, and about `max_bytes`).
+// The last lines of a stream (at most `max_lines`, and about `max_bytes`), without the list of
+// extension modules that Python's faulthandler prints after a fatal signal's stack.
 class TailBuffer {
  public:
   explicit TailBuffer(size_t max_lines = 30, size_t max_bytes = 8192)

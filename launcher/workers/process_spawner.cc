@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -106,7 +107,19 @@ struct ChildArgs {
   const int* inherit;
   size_t n_inherit;
   const Binding* bind;
+  int cgroup_procs;  // -1: none
+  int fd_limit;      // one above the highest descriptor there can be (RLIMIT_NOFILE)
 };
+
+// Marks every descriptor from `first` on close-on-exec: whatever cohortrun (or a library in it,
+// or whoever started cohortrun) opened without O_CLOEXEC, or opened on another thread while this
+// child was being cloned, ends at exec. close_range(CLOSE_RANGE_CLOEXEC) is Linux 5.11; before
+// it, each possible descriptor is marked in turn (bounded by the descriptor limit).
+void cloexec_from(int first, int limit) {
+  constexpr unsigned kCloseRangeCloexec = 1u << 2;  // CLOSE_RANGE_CLOEXEC (linux/close_range.h)
+  if (::syscall(SYS_close_range, first, ~0u, kCloseRangeCloexec) == 0) return;
+  for (int fd = first; fd < limit; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
 
 void write_str(const char* s) {
   (void)!::write(STDERR_FILENO, s, ::strlen(s));
@@ -130,11 +143,17 @@ int child(void* raw) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != a.parent) ::_exit(127);  // the parent died before PDEATHSIG was set
+  // Into the workers' cgroup (worker_cgroup.h) before anything of the worker runs: "0" moves the
+  // writer itself. Failing that, the worker still runs; its process group remains.
+  if (a.cgroup_procs >= 0) (void)!::write(a.cgroup_procs, "0", 1);
   sigset_t none;
   ::sigemptyset(&none);
   ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, NSIG / 8);
   if (a.out_w >= 0) ::dup2(a.out_w, STDOUT_FILENO);
   if (a.err_w >= 0) ::dup2(a.err_w, STDERR_FILENO);
+  // The worker keeps its stdio, its heartbeat pipe and what the request names; nothing else (as
+  // torchrun's workers, which Python's subprocess starts with close_fds).
+  cloexec_from(STDERR_FILENO + 1, a.fd_limit);
   if (a.hb_w >= 0) ::fcntl(a.hb_w, F_SETFD, 0);  // keep the heartbeat pipe across exec
   for (size_t i = 0; i < a.n_inherit; ++i) ::fcntl(a.inherit[i], F_SETFD, 0);
   if (a.bind->cpus) ::sched_setaffinity(0, sizeof(a.bind->cpu_set), &a.bind->cpu_set);
@@ -228,6 +247,10 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
     bind.memory = true;
   }
 
+  rlimit files{};
+  const int fd_limit = ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < (1u << 20)
+                           ? static_cast<int>(files.rlim_cur)
+                           : 1 << 20;
   ChildArgs args{argv.data(),
                  envp.data(),
                  ::getpid(),
@@ -236,7 +259,9 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
                  hb.write,
                  req.inherit_fds.data(),
                  req.inherit_fds.size(),
-                 &bind};
+                 &bind,
+                 req.cgroup_procs_fd,
+                 fd_limit};
   ChildStack stack;
   // clone(CLONE_VM | CLONE_VFORK) rather than fork(): the child borrows cohortrun's memory until
   // it execs, so nothing of cohortrun's address space is copied per worker, nor torn down when

@@ -3,8 +3,9 @@
 //
 // Every worker gets a process group of its own (stopping it stops its whole tree), the parent-
 // death signal SIGKILL (it dies with cohortrun even when cohortrun is SIGKILLed), default signal
-// dispositions and an empty signal mask. Descriptors cohortrun opens are close-on-exec, so a
-// worker inherits only its stdio and its heartbeat pipe.
+// dispositions and an empty signal mask. It inherits only its stdio, its heartbeat pipe and the
+// descriptors its request names: every other one is made close-on-exec in the child before exec,
+// whoever opened it and however.
 #pragma once
 
 #include <sys/types.h>
@@ -36,6 +37,9 @@ struct SpawnRequest {
   // (empty: unchanged).
   std::vector<int> cpus;
   std::vector<int> mem_nodes;
+  // cgroup.procs of the workers' cgroup (worker_cgroup.h), open for writing: the child moves
+  // itself in before exec. -1: none. The caller keeps ownership.
+  int cgroup_procs_fd = -1;
 };
 
 struct SpawnedProcess {

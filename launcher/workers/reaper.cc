@@ -1,14 +1,18 @@
 #include "workers/reaper.h"
 
 #include "workers/proc_file.h"
+#include "workers/worker_cgroup.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -99,9 +103,23 @@ void kill_all_carriers(const std::string& id, const std::string& agent_start) {
 
 [[noreturn]] void reaper_main(int fd, const std::string& id, const std::string& agent_start,
                               const std::string& lease) {
+  // Out of cohortrun's process group and session: what kills that whole group leaves the reaper
+  // to do its job.
+  ::setsid();
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGPIPE, SIGUSR1, SIGUSR2})
     ::signal(sig, SIG_IGN);
+  // It holds nothing of cohortrun's but its pipe: not its output (a reader waiting for the end
+  // of cohortrun's output would wait for the reaper too), nor what cohortrun inherited.
+  ::dup2(fd, 3);  // first: a cohortrun started with its stdin closed has the pipe at 0
+  fd = 3;
+  const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0) {
+    ::dup2(null, STDIN_FILENO);
+    ::dup2(null, STDOUT_FILENO);
+  }
+  ::syscall(SYS_close_range, 4, ~0u, 0);  // Linux 5.9; before it, the rest stays open
   std::set<pid_t> groups;
+  std::string cgroup;
   std::string buf;
   bool goodbye = false;
   char chunk[256];
@@ -120,9 +138,12 @@ void kill_all_carriers(const std::string& id, const std::string& agent_start) {
         groups.insert(std::atoi(line.c_str() + 1));
       else if (line.size() > 1 && line[0] == '-')
         groups.erase(std::atoi(line.c_str() + 1));
+      else if (line.size() > 1 && line[0] == 'c')
+        cgroup = line.substr(1);
     }
   }
   if (!goodbye) {
+    if (!cgroup.empty()) kill_cgroup(cgroup, 2000);
     for (pid_t g : groups) ::kill(-g, SIGKILL);
     // Descendants that left their groups still carry the agent's id in their environment.
     kill_all_carriers(id, agent_start);
@@ -202,6 +223,14 @@ void Reaper::watch(pid_t pgid) {
 void Reaper::forget(pid_t pgid) {
   send_line(fd_, std::string(1, '-').append(std::to_string(pgid)));
 }
+void Reaper::watch_cgroup(const std::string& path) {
+  if (path.size() + 2 < PIPE_BUF) send_line(fd_, "c" + path);
+  if (lease_.empty()) return;
+  const int lf = ::open(lease_.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
+  if (lf < 0) return;
+  (void)!::write(lf, path.data(), path.size());
+  ::close(lf);
+}
 
 int sweep_orphans() {
   const std::string dir = lease_dir();
@@ -221,6 +250,14 @@ int sweep_orphans() {
     AgentIdParts parts;
     if (!parse_agent_id(id, &parts) || parts.ns != own_ns) continue;  // another namespace's
     if (start_time(parts.pid) == parts.start) continue;               // that agent still runs
+    // The lease names the agent's workers' cgroup, if it had one: only a cgroup named after that
+    // agent is its own.
+    const std::string cgroup = read_proc_file(dir + "/" + name);
+    if (cgroup.ends_with("/cohortrun-" + name) && cgroup.front() == '/') {
+      const std::string procs = read_proc_file(cgroup + "/cgroup.procs");
+      killed += static_cast<int>(std::count(procs.begin(), procs.end(), '\n'));
+      kill_cgroup(cgroup, 1000);
+    }
     killed += kill_carriers(id, parts.start);
     ::unlink((dir + "/" + name).c_str());
   }

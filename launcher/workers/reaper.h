@@ -4,17 +4,22 @@
 //    and has the parent-death signal SIGKILL (process_spawner.h).
 // 2. cohortrun is the child subreaper of its descendants: those that escape their group come
 //    back to it and die with the group (descendants.h).
-// 3. The Reaper, a small process forked at start-up, outlives a cohortrun killed by SIGKILL: when
-//    its pipe to cohortrun closes without a goodbye, it SIGKILLs every worker group it was told
-//    about, then every process that still carries this agent's COHORT_AGENT_ID, until none is
-//    left. It ignores the terminal's signals, so a Ctrl-C that reaches the whole foreground group
-//    does not take it down before it has done its job.
-// 4. When even the reaper died (kill -9 of the whole process group), the next cohortrun's
-//    sweep_orphans() finds what was left: each agent leaves a lease file while it runs, removed
-//    when it (or its reaper) has cleaned up, so a lease whose agent is dead proves an unclean
-//    death, and only processes carrying that agent's id, in this pid namespace, started after it,
-//    are killed. Nothing it cannot prove is its own: an agent that exited normally left no lease,
-//    and jobs in other pid namespaces (containers) have ids the sweep does not claim.
+// 3. Where cohortrun may make one (root, or a delegated cgroup v2 subtree), every worker runs in
+//    a cgroup of this agent's (worker_cgroup.h), which holds whatever they start, however it left
+//    its process group or cleared its environment; cgroup.kill ends all of it.
+// 4. The Reaper, a small process forked at start-up, outlives a cohortrun killed by SIGKILL: when
+//    its pipe to cohortrun closes without a goodbye, it kills the workers' cgroup when there is
+//    one, every worker group it was told about, then every process that still carries this
+//    agent's COHORT_AGENT_ID, until none is left. It leads a session of its own, so a SIGKILL of
+//    cohortrun's whole process group (`timeout -s KILL`, `kill -9 -PGID`) does not reach it, and
+//    it ignores the terminal's signals.
+// 5. When even the reaper died, the next cohortrun's sweep_orphans() finds what was left: each
+//    agent leaves a lease file while it runs (naming its workers' cgroup, when it has one),
+//    removed when it (or its reaper) has cleaned up, so a lease whose agent is dead proves an
+//    unclean death; then that agent's cgroup is killed, and the processes carrying that agent's
+//    id, in this pid namespace, started after it. Nothing it cannot prove is its own: an agent
+//    that exited normally left no lease, and jobs in other pid namespaces (containers) have ids
+//    the sweep does not claim.
 #pragma once
 
 #include <sys/types.h>
@@ -34,6 +39,9 @@ class Reaper {
 
   void watch(pid_t pgid);
   void forget(pid_t pgid);
+  // The workers' cgroup (worker_cgroup.h), killed first on an unclean death; also recorded in
+  // the lease for sweep_orphans().
+  void watch_cgroup(const std::string& path);
   bool active() const { return fd_ >= 0; }
   pid_t pid() const { return pid_; }
 

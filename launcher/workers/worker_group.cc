@@ -84,7 +84,8 @@ WorkerGroup::WorkerGroup(asio::io_context& io, LoopClock& clock, ProcessSpawner&
       spawner_(spawner),
       spec_(std::move(spec)),
       events_(std::move(events)),
-      state_timer_(clock.make_timer()) {}
+      state_timer_(clock.make_timer()),
+      error_files_(io, clock, kErrorFileReadLimit) {}
 
 WorkerGroup::~WorkerGroup() {
   alive_.reset();  // from here on no handler or posted event of this group does anything
@@ -293,17 +294,27 @@ void WorkerGroup::report(Worker& w) {
   w.drain_timer->cancel();
   std::error_code ignored;
   w.heartbeat.close(ignored);
+  if (describe_exit(w.wait_status).failed && !w.spec.error_file.empty()) {
+    // The worker controls the file (a FIFO, a link to /dev/zero, a hung mount): read off the loop.
+    error_files_.read(w.spec.error_file, [this, &w](std::optional<ErrorFileContent> ef) {
+      finish_report(w, std::move(ef));
+    });
+    return;
+  }
+  finish_report(w, std::nullopt);
+}
+
+void WorkerGroup::finish_report(Worker& w, std::optional<ErrorFileContent> ef) {
   std::optional<WorkerFailure> failure;
   ExitDescription d = describe_exit(w.wait_status);
   if (d.failed) {
     WorkerFailure f = make_failure(site(w), d.exit_code, d.reason, w.exit_time);
-    if (!w.spec.error_file.empty()) {
-      if (auto ef = read_error_file(w.spec.error_file)) {
-        f.error_file = w.spec.error_file;
-        if (!ef->message.empty()) f.message = ef->message;
-        f.traceback = ef->traceback;
-        if (ef->timestamp > 0) f.timestamp = std::min(f.timestamp, ef->timestamp);
-      }
+    if (ef) {
+      f.error_file = w.spec.error_file;
+      if (!ef->message.empty()) f.message = ef->message;
+      f.traceback = ef->traceback;
+      if (ef->timestamp > 0) f.timestamp = std::min(f.timestamp, ef->timestamp);
+      f.error_file_text = std::move(ef->raw);
     }
     if (f.traceback.empty() && w.err_pump) f.traceback = w.err_pump->tail().text();
     if (!w.expired_timer.empty()) {

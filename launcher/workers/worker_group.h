@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cohort/base/heartbeat_line.h"
+#include "failure/error_file_reader.h"
 #include "failure/failure.h"
 #include "loop/loop_clock.h"
 #include "workers/output.h"
@@ -120,6 +121,8 @@ class WorkerGroup {
   void read_heartbeat(Worker& w);
   void on_exit(Worker& w);
   void report(Worker& w);
+  // report()'s second half, once the error file (if any) is read.
+  void finish_report(Worker& w, std::optional<ErrorFileContent> error_file);
   // Looks at every running worker's scheduler state; rearms itself.
   void watch_uninterruptible();
   // The worker's hang, with what it said about it so far.
@@ -134,7 +137,10 @@ class WorkerGroup {
   GroupSpec spec_;
   WorkerGroupEvents events_;
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::unique_ptr<LoopTimer> state_timer_;                 // watch_uninterruptible()'s
+  std::unique_ptr<LoopTimer> state_timer_;  // watch_uninterruptible()'s
+  // How long a worker's error file may take to read before the failure goes without it.
+  static constexpr std::chrono::milliseconds kErrorFileReadLimit{2000};
+  ErrorFileReader error_files_;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // posted work checks it
 };
 

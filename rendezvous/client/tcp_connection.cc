@@ -26,20 +26,29 @@ int remaining_ms(Clock::time_point deadline) {
   return static_cast<int>(std::min<int64_t>(left.count(), 1 << 30));
 }
 
-// Waits for `events` on fd; false when the deadline passed.
-bool wait_fd(int fd, short events, Clock::time_point deadline) {
+// How often a wait looks at its owner's abandon flag: a connection being abandoned (an agent
+// stopping) is given up within this, even while a server that accepted it never answers.
+constexpr int kAbandonCheckMs = 20;
+
+// Waits for `events` on fd; false when the deadline passed. Throws ConnectionLost once *abandon
+// is true.
+bool wait_fd(int fd, short events, Clock::time_point deadline,
+             const std::atomic<bool>* abandon = nullptr) {
   for (;;) {
+    if (abandon != nullptr && abandon->load()) throw ConnectionLost("abandoned by its owner");
     pollfd p{fd, events, 0};
     int ms = remaining_ms(deadline);
+    if (abandon != nullptr) ms = std::min(ms, kAbandonCheckMs);
     int rc = ::poll(&p, 1, ms);
     if (rc > 0) return true;
-    if (rc == 0) return false;
-    if (errno != EINTR) throw ConnectionLost(std::string("poll: ") + std::strerror(errno));
+    if (rc == 0 && (abandon == nullptr || Clock::now() >= deadline)) return false;
+    if (rc < 0 && errno != EINTR)
+      throw ConnectionLost(std::string("poll: ") + std::strerror(errno));
   }
 }
 
 // One non-blocking connect attempt to one address; returns the fd or -1 with errno set.
-int try_connect(const addrinfo* ai, Clock::time_point deadline) {
+int try_connect(const addrinfo* ai, Clock::time_point deadline, const std::atomic<bool>* abandon) {
   int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
   if (fd < 0) return -1;
   if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
@@ -49,7 +58,14 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline) {
       errno = e;
       return -1;
     }
-    if (!wait_fd(fd, POLLOUT, deadline)) {
+    bool connected = false;
+    try {
+      connected = wait_fd(fd, POLLOUT, deadline, abandon);
+    } catch (const ConnectionLost&) {
+      ::close(fd);
+      throw;
+    }
+    if (!connected) {
       ::close(fd);
       errno = ETIMEDOUT;
       return -1;
@@ -88,10 +104,16 @@ TcpConnection TcpConnection::connect(const std::string& host_in, int port,
       for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
         // Bound each attempt so a black-holed address does not eat the whole deadline.
         auto attempt_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-        int fd = try_connect(ai, attempt_deadline);
+        int fd = -1;
+        try {
+          fd = try_connect(ai, attempt_deadline, abandon);
+        } catch (const ConnectionLost&) {
+          ::freeaddrinfo(res);
+          throw IoError("connect abandoned");
+        }
         if (fd >= 0) {
           ::freeaddrinfo(res);
-          return TcpConnection(fd);
+          return TcpConnection(fd, abandon);
         }
         int e = errno;
         last_error = std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")";
@@ -115,7 +137,7 @@ TcpConnection TcpConnection::connect(const std::string& host_in, int port,
 }
 
 TcpConnection::TcpConnection(TcpConnection&& o) noexcept
-    : fd_(o.fd_), buf_(std::move(o.buf_)), pos_(o.pos_) {
+    : fd_(o.fd_), abandon_(o.abandon_), buf_(std::move(o.buf_)), pos_(o.pos_) {
   o.fd_ = -1;
 }
 
@@ -123,6 +145,7 @@ TcpConnection& TcpConnection::operator=(TcpConnection&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = o.fd_;
+    abandon_ = o.abandon_;
     buf_ = std::move(o.buf_);
     pos_ = o.pos_;
     o.fd_ = -1;
@@ -144,7 +167,7 @@ void TcpConnection::send_all(std::string_view bytes, Clock::time_point deadline)
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!wait_fd(fd_, POLLOUT, deadline)) throw ReplyTimeout("send timed out");
+      if (!wait_fd(fd_, POLLOUT, deadline, abandon_)) throw ReplyTimeout("send timed out");
       continue;
     }
     throw ConnectionLost(std::string("send failed: ") + std::strerror(errno));
@@ -170,7 +193,8 @@ void TcpConnection::fill(size_t n, Clock::time_point deadline) {
     if (got == 0) throw ConnectionLost("the server closed the connection");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!wait_fd(fd_, POLLIN, deadline)) throw ReplyTimeout("no reply before the deadline");
+      if (!wait_fd(fd_, POLLIN, deadline, abandon_))
+        throw ReplyTimeout("no reply before the deadline");
       continue;
     }
     throw ConnectionLost(std::string("recv failed: ") + std::strerror(errno));

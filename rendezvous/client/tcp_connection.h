@@ -32,7 +32,9 @@ class TcpConnection {
  public:
   // Connects to host:port, retrying refused, reset and unreachable attempts with exponential
   // backoff and jitter until `deadline`. Throws std::runtime_error with the last error.
-  // Stops early (like a timeout) once *abandon is true.
+  // Stops early (like a timeout) once *abandon is true; so do the connection's reads and writes
+  // (ConnectionLost), within 20 ms, however long their deadline. `abandon` must
+  // outlive the connection.
   static TcpConnection connect(const std::string& host, int port, Clock::time_point deadline,
                                const std::atomic<bool>* abandon = nullptr);
 
@@ -56,11 +58,12 @@ class TcpConnection {
                   uint64_t max = 1ull << 32);
 
  private:
-  explicit TcpConnection(int fd) : fd_(fd) {}
+  TcpConnection(int fd, const std::atomic<bool>* abandon) : fd_(fd), abandon_(abandon) {}
   // Ensures at least n unread bytes are buffered.
   void fill(size_t n, Clock::time_point deadline);
 
   int fd_ = -1;
+  const std::atomic<bool>* abandon_ = nullptr;
   std::vector<char> buf_;
   size_t pos_ = 0;
 };

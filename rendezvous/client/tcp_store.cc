@@ -6,11 +6,11 @@
 
 #include <thread>
 
+#include "client/tcp_connection.h"
 #include "cohort/base/net.h"
 #include "cohort/base/random.h"
 #include "cohort/rdzv/auth.h"
 #include "cohort/rdzv/codec.h"
-#include "client/tcp_connection.h"
 
 namespace cohort {
 
@@ -32,17 +32,18 @@ using rdzv::Request;
 
 class TcpStore::Connection {
  public:
-  explicit Connection(TcpConnection c) : conn(std::move(c)) {}
+  Connection(TcpConnection c, uint64_t max_reply) : conn(std::move(c)), max_reply_(max_reply) {}
   TcpConnection conn;
   // The reply to a request of `op` (rdzv::decode_reply); its views point into conn's buffer,
   // valid until the next read.
   const rdzv::Reply& read(Op op, Clock::time_point deadline, size_t keys = 1) {
-    conn.read_reply(op, keys, deadline, &reply_);
+    conn.read_reply(op, keys, deadline, &reply_, max_reply_);
     return reply_;
   }
 
  private:
   rdzv::Reply reply_;
+  uint64_t max_reply_;
 };
 
 namespace {
@@ -138,7 +139,7 @@ void TcpStore::reconnect_locked() {
     for (;;) {
       auto c = TcpConnection::connect(strip_brackets(options_.host), options_.port, deadline,
                                       options_.abandon);
-      auto conn = std::make_unique<Connection>(std::move(c));
+      auto conn = std::make_unique<Connection>(std::move(c), options_.max_reply_bytes);
       try {
         handshake_locked(*conn, deadline);
       } catch (const ConnectionLost&) {

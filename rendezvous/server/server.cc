@@ -42,6 +42,9 @@ class StoreServer::Impl final : public SessionHost,
     tcp::endpoint ep = resolve(options_.host, options_.port);
     std::error_code ec;
     acceptor_.open(ep.protocol(), ec);
+    // Asio opens and accepts without SOCK_CLOEXEC: a program this process starts (cohortrun's
+    // workers, a libcohort worker's children) must not hold the port or a client's connection.
+    if (!ec) ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
     if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec && ep.address().is_v6()) acceptor_.set_option(asio::ip::v6_only(false), ec);
     if (!ec) acceptor_.bind(ep, ec);
@@ -352,6 +355,7 @@ class StoreServer::Impl final : public SessionHost,
       return;
     }
     ++stats_.accepted;
+    ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);  // as the acceptor's (constructor)
     std::error_code ignored;
     std::string peer, peer_addr;
     auto ep = socket.remote_endpoint(ignored);

@@ -392,5 +392,15 @@ TEST_F(LauncherTest, MissingProgramFailsWithAClearMessage) {
   EXPECT_NE(r.err.find("exitcode  : 127"), std::string::npos) << r.err;
 }
 
+TEST_F(LauncherTest, MetricsListenOnLoopbackUnlessToldOtherwise) {
+  auto r = run(cohortrun({"--nproc-per-node", "1", "--metrics-port", "0"}, test_worker({})));
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_NE(r.err.find("serving metrics at http://127.0.0.1:"), std::string::npos) << r.err;
+  auto wide =
+      run(cohortrun({"--nproc-per-node", "1", "--metrics-addr", "0.0.0.0:0"}, test_worker({})));
+  ASSERT_EQ(wide.exit_code(), 0) << wide.err;
+  EXPECT_NE(wide.err.find("serving metrics at http://0.0.0.0:"), std::string::npos) << wide.err;
+}
+
 }  // namespace
 }  // namespace cohort::testing

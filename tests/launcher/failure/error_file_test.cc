@@ -1,11 +1,17 @@
-// torchrun's error files on the launcher's side: reading both formats, and the parent's copy.
+// torchrun's error files on the launcher's side: reading both formats (bounded, only regular files,
+// off the loop), and the parent's copy.
 // (The format itself: tests/base/error_file_format_test.cc.)
 #include "failure/error_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <asio/io_context.hpp>
 #include <fstream>
+
+#include "failure/bounded_file.h"
+#include "failure/error_file_reader.h"
 
 namespace cohort::launch {
 namespace {
@@ -43,6 +49,56 @@ TEST_F(ErrorFileTest, MissingAndMalformed) {
   EXPECT_NE(c->message.find("unreadable error file"), std::string::npos);
   write(R"({"message": 42})");
   EXPECT_NE(read_error_file(path_)->message.find("unreadable"), std::string::npos);
+}
+
+TEST_F(ErrorFileTest, WhatIsNotARegularFileIsNotRead) {
+  // A FIFO would hold the reader until a writer came; a link could point at /dev/zero.
+  ASSERT_EQ(::mkfifo(path_.c_str(), 0600), 0);
+  auto fifo = read_error_file(path_);
+  ASSERT_TRUE(fifo);
+  EXPECT_EQ(fifo->message, "the error file is a FIFO; not read");
+  ::unlink(path_.c_str());
+  ASSERT_EQ(::symlink("/dev/zero", path_.c_str()), 0);
+  auto link = read_error_file(path_);
+  ASSERT_TRUE(link);
+  EXPECT_EQ(link->message, "the error file is a symbolic link; not read");
+}
+
+TEST_F(ErrorFileTest, ALargeFileIsReadFromItsEndWithinTheBound) {
+  std::string big(kMaxErrorFileBytes + 4096, 'x');
+  big.replace(big.size() - 4, 4, "TAIL");
+  write(big);
+  auto c = read_error_file(path_);
+  ASSERT_TRUE(c);
+  EXPECT_NE(c->message.find("over the 1 MiB cohortrun reads"), std::string::npos) << c->message;
+  EXPECT_EQ(c->traceback.size(), kMaxErrorFileBytes);
+  EXPECT_TRUE(c->traceback.ends_with("TAIL"));
+}
+
+TEST(BoundedFile, SaysWhyItRefuses) {
+  EXPECT_EQ(read_bounded_file("/nonexistent/x", 10).status, BoundedFile::Status::kMissing);
+  auto dir = read_bounded_file("/tmp", 10);
+  EXPECT_EQ(dir.status, BoundedFile::Status::kRefused);
+  EXPECT_EQ(dir.problem, "is a directory");
+  EXPECT_EQ(read_bounded_file("/dev/null", 10).problem, "is a character device");
+}
+
+TEST_F(ErrorFileTest, TheReaderDeliversOnTheLoop) {
+  write(R"({"message": "E: read off the loop", "timestamp": 1})");
+  asio::io_context io;
+  auto clock = make_asio_loop_clock(io);
+  ErrorFileReader reader(io, *clock, std::chrono::seconds(10));
+  std::optional<ErrorFileContent> got;
+  bool called = false;
+  reader.read(path_, [&](std::optional<ErrorFileContent> c) {
+    called = true;
+    got = std::move(c);
+  });
+  EXPECT_FALSE(called);  // never from inside read()
+  io.run_for(std::chrono::seconds(5));
+  ASSERT_TRUE(called);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->message, "E: read off the loop");
 }
 
 TEST_F(ErrorFileTest, ParentCopyCarriesTheErrorCode) {

@@ -102,6 +102,24 @@ TEST(FailureReport, AnErrorFileAndAMessageTheTracebackLacksAreBothShown) {
   EXPECT_NE(format_failure_report("t", {bare}).find("  traceback : <N/A>\n"), std::string::npos);
 }
 
+TEST(FailureReport, ALongTracebackShowsItsEndAndWhereTheRestIs) {
+  WorkerFailure f = make(0, 1, 1);
+  f.error_file = "/logs/error.json";
+  f.traceback.clear();
+  for (int i = 0; i < 1000; ++i) f.traceback += "frame " + std::to_string(i) + "\n";
+  std::string r = format_failure_report("train.py", {f});
+  EXPECT_NE(r.find("frame 999"), std::string::npos);
+  EXPECT_NE(r.find("frame 900"), std::string::npos);  // the last 100 lines
+  EXPECT_EQ(r.find("frame 899\n"), std::string::npos) << r;
+  EXPECT_NE(r.find("bytes before these left out; the whole file: /logs/error.json"),
+            std::string::npos);
+  // One line longer than the bound: its end.
+  f.traceback = std::string(100000, 'x') + "END";
+  r = format_failure_report("train.py", {f});
+  EXPECT_LT(r.size(), 20000u);
+  EXPECT_NE(r.find("xxxEND"), std::string::npos);
+}
+
 TEST(FailureReport, RootCauseIsTheEarliestAndTheFirstOfATie) {
   EXPECT_EQ(root_cause({make(0, 30, 1), make(1, 10, 1), make(2, 20, 1)}), 1u);
   EXPECT_EQ(root_cause({make(0, 10, 1), make(1, 10, 1)}), 0u);

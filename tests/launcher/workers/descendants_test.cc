@@ -91,22 +91,59 @@ TEST_F(DescendantsTest, ADaemonAWorkerStartedIsGoneAfterASigkillOfCohortrun) {
   EXPECT_TRUE(gone_within(daemon, 1s));
 }
 
-TEST_F(DescendantsTest, WhatDiesWithTheReaperIsSweptByTheNextAgent) {
-  Subprocess p(
-      cohortrun({"--nproc-per-node", "1"}, test_worker({"--escape-daemon", "--sleep", "120"})),
-      env());
-  ASSERT_TRUE(wait_for([&] { return exists(worker_file(0, 0, "daemon")); }, 30s));
-  pid_t daemon = pid_in(worker_file(0, 0, "daemon"));
-  // cohortrun and its reaper share a process group (the Subprocess's): kill both at once.
-  ::kill(-p.pid(), SIGKILL);
-  ASSERT_TRUE(p.wait(5s));
-  ASSERT_TRUE(process_alive(daemon));  // nothing was left to kill it
-  auto r = run(cohortrun({"--nproc-per-node", "1", "--no-python"}, {"/bin/true"}), env());
-  EXPECT_EQ(r.exit_code(), 0) << r.err;
-  EXPECT_NE(r.err.find("killed 1 process(es) left behind by earlier cohortrun agents"),
-            std::string::npos)
-      << r.err;
-  EXPECT_TRUE(gone_within(daemon, 1s));
+TEST_F(DescendantsTest, ADaemonIsGoneAfterASigkillOfCohortrunsWholeProcessGroup) {
+  // `timeout -s KILL`, `kill -9 -PGID`: the reaper leads a session of its own, out of reach; with
+  // a cgroup for the workers (root here), even a descendant that cleared its environment goes.
+  for (const std::string cgroup : {"off", "on"}) {
+    SCOPED_TRACE("COHORT_WORKER_CGROUP=" + cgroup);
+    auto e = env();
+    e.push_back("COHORT_WORKER_CGROUP=" + cgroup);
+    Subprocess p(
+        cohortrun({"--nproc-per-node", "1"}, test_worker({"--escape-daemon", "--sleep", "120"})),
+        e);
+    ASSERT_TRUE(wait_for([&] { return exists(worker_file(0, 0, "daemon")); }, 30s));
+    pid_t daemon = pid_in(worker_file(0, 0, "daemon"));
+    ASSERT_TRUE(process_alive(daemon));
+    ::kill(-p.pid(), SIGKILL);  // cohortrun leads the Subprocess's group
+    ASSERT_TRUE(p.wait(5s));
+    EXPECT_TRUE(gone_within(daemon, 2s));
+    std::filesystem::remove(worker_file(0, 0, "daemon"));
+  }
+}
+
+// cohortrun's reaper: its child that leads a session of its own.
+pid_t reaper_of(pid_t agent) {
+  std::ifstream children("/proc/" + std::to_string(agent) + "/task/" + std::to_string(agent) +
+                         "/children");
+  for (pid_t child; children >> child;)
+    if (::getsid(child) == child) return child;
+  return -1;
+}
+
+TEST_F(DescendantsTest, WhatOutlivesTheAgentAndItsReaperIsSweptByTheNextAgent) {
+  for (const std::string cgroup : {"off", "on"}) {
+    SCOPED_TRACE("COHORT_WORKER_CGROUP=" + cgroup);
+    auto e = env();
+    e.push_back("COHORT_WORKER_CGROUP=" + cgroup);
+    Subprocess p(
+        cohortrun({"--nproc-per-node", "1"}, test_worker({"--escape-daemon", "--sleep", "120"})),
+        e);
+    ASSERT_TRUE(wait_for([&] { return exists(worker_file(0, 0, "daemon")); }, 30s));
+    pid_t daemon = pid_in(worker_file(0, 0, "daemon"));
+    const pid_t reaper = reaper_of(p.pid());
+    ASSERT_GT(reaper, 0);
+    // Both at once, as kill -9 -1 or the OOM killer might: nothing is left to kill the daemon.
+    ::kill(reaper, SIGKILL);
+    ::kill(-p.pid(), SIGKILL);
+    ASSERT_TRUE(p.wait(5s));
+    ASSERT_TRUE(process_alive(daemon));
+    auto r = run(cohortrun({"--nproc-per-node", "1", "--no-python"}, {"/bin/true"}), e);
+    EXPECT_EQ(r.exit_code(), 0) << r.err;
+    EXPECT_NE(r.err.find("process(es) left behind by earlier cohortrun agents"), std::string::npos)
+        << r.err;
+    EXPECT_TRUE(gone_within(daemon, 1s));
+    std::filesystem::remove(worker_file(0, 0, "daemon"));
+  }
 }
 
 TEST_F(DescendantsTest, AnAgentThatExitedNormallyLeavesNothingToSweep) {

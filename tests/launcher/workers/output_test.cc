@@ -164,5 +164,14 @@ TEST_F(StreamPumpTest, AStoppedPumpNeverCallsBack) {
   EXPECT_EQ(read_all(::fileno(console_file_)), "");
 }
 
+TEST(TailBuffer, LeavesOutFaulthandlersListOfExtensionModules) {
+  TailBuffer t(30, 8192);
+  t.push("Fatal Python error: Aborted");
+  t.push("  File \"train.py\", line 3 in <module>");
+  t.push("");
+  t.push("Extension modules: numpy.core._multiarray_umath, torch._C, torch._C._fft (total: 3)");
+  EXPECT_EQ(t.text(), "Fatal Python error: Aborted\n  File \"train.py\", line 3 in <module>\n");
+}
+
 }  // namespace
 }  // namespace cohort::launch

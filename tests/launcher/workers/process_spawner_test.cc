@@ -1,14 +1,23 @@
 // PosixSpawner on real processes: what a worker inherits (its streams, a pseudo-terminal, its
-// CPU and memory binding) and how it ends.
+// CPU and memory binding, no other descriptor) and how it ends; the workers' cgroup.
 #include "workers/process_spawner.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
+
+#include "workers/worker_cgroup.h"
 
 namespace cohort::launch {
 namespace {
@@ -80,6 +89,87 @@ TEST(PosixSpawner, APipeIsNot) {
   SpawnedProcess p = s.spawn(shell("[ -t 1 ] || echo not-a-tty"));
   EXPECT_EQ(read_all(p.stdout_fd), "not-a-tty\n");
   finish(s, p);
+}
+
+// "Z" for a zombie, "" when the process is gone, else its state letter.
+std::string state_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = all.rfind(')');
+  return paren == std::string::npos || paren + 2 >= all.size() ? "" : all.substr(paren + 2, 1);
+}
+
+TEST(PosixSpawner, AWorkerInheritsNoOtherDescriptor) {
+  // Opened without O_CLOEXEC, as a library or whoever started cohortrun may have done.
+  const int leaky = ::open("/dev/null", O_RDONLY);
+  ASSERT_GE(leaky, 3);
+  const int kept = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  PosixSpawner s;
+  SpawnRequest r = shell("exec sleep 30");  // sleep opens nothing: its table is what it got
+  r.heartbeat = true;
+  r.inherit_fds = {kept};
+  SpawnedProcess p = s.spawn(r);
+  const std::string exe = "/proc/" + std::to_string(p.pid) + "/exe";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  char target[256] = {};
+  while (std::chrono::steady_clock::now() < deadline) {
+    const ssize_t n = ::readlink(exe.c_str(), target, sizeof target - 1);
+    if (n > 0 && std::string(target, static_cast<size_t>(n)).ends_with("/sleep")) break;
+    ::usleep(1000);
+  }
+  std::vector<int> above_stdio;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(p.pid) + "/fd")) {
+    const int fd = std::stoi(e.path().filename().string());
+    if (fd > 2) above_stdio.push_back(fd);
+  }
+  ::kill(p.pid, SIGKILL);
+  ::close(p.heartbeat_fd);
+  finish(s, p);
+  ::close(leaky);
+  ::close(kept);
+  // The heartbeat pipe and the descriptor the request names; never `leaky`.
+  EXPECT_EQ(above_stdio.size(), 2u);
+  EXPECT_EQ(std::count(above_stdio.begin(), above_stdio.end(), leaky), 0);
+  EXPECT_EQ(std::count(above_stdio.begin(), above_stdio.end(), kept), 1);
+}
+
+// The pids in a cgroup's cgroup.procs.
+std::vector<pid_t> members(const std::string& cgroup) {
+  std::ifstream in(cgroup + "/cgroup.procs");
+  std::vector<pid_t> pids;
+  for (pid_t p; in >> p;) pids.push_back(p);
+  return pids;
+}
+
+TEST(WorkerCgroup, HoldsWhatLeavesTheGroupAndClearsItsEnvironmentAndKillsItAll) {
+  std::string why;
+  auto cgroup = WorkerCgroup::create("test-" + std::to_string(::getpid()), &why);
+  if (!cgroup) GTEST_SKIP() << "no cgroup here: " << why;
+  const std::string path = cgroup->path();
+  PosixSpawner s;
+  // A child that leaves the worker's process group and session and clears its environment.
+  SpawnRequest r = shell("env -i setsid sleep 300 & echo $!; exec sleep 300");
+  r.cgroup_procs_fd = cgroup->procs_fd();
+  SpawnedProcess p = s.spawn(r);
+  std::string line;
+  char c;
+  while (::read(p.stdout_fd, &c, 1) == 1 && c != '\n') line += c;
+  const pid_t escaped = std::stoi(line);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (members(path).size() < 2 && std::chrono::steady_clock::now() < deadline) ::usleep(2000);
+  auto in_it = members(path);
+  EXPECT_EQ(std::count(in_it.begin(), in_it.end(), p.pid), 1);
+  EXPECT_EQ(std::count(in_it.begin(), in_it.end(), escaped), 1);
+  EXPECT_NE(::getpgid(escaped), p.pid);  // out of the worker's group: killpg would miss it
+  EXPECT_EQ(cgroup->kill_and_wait(std::chrono::seconds(5)), 2);
+  EXPECT_FALSE(cgroup->populated());
+  const int status = finish(s, p);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  const std::string state = state_of(escaped);  // gone, or a zombie until init reaps it
+  EXPECT_TRUE(state.empty() || state == "Z") << state;
+  cgroup.reset();
+  EXPECT_NE(::access(path.c_str(), F_OK), 0);  // the directory went with it
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,10 @@ struct TcpStoreOptions {
   // told why; the classic one, whose COMPARE_SET wakes no waiter, is refused (StoreError).
   bool tagged_writes = false;
   std::function<void(const std::string& why)> on_foreign_server;
+  // The largest value (or key, in LIST_KEYS) a reply may carry: a longer one is refused before
+  // it is read (the call fails with StoreError and the connection is dropped), so that a reader
+  // of records any client may write (cohortctl) holds no more than this per value.
+  uint64_t max_reply_bytes = 1ull << 32;
 };
 
 class TcpStore final : public Store {
