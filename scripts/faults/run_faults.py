@@ -5,9 +5,10 @@ For every scenario it records how long until cohort noticed, what the user saw, 
 recovered, and whether anything was left behind (processes, shared memory, listening ports). Each
 scenario states what it must show (its expectation); the run fails when any row misses it.
 The table goes to OUT (default: BUILD/faults/RELIABILITY.md); --update-docs also writes
-docs/RELIABILITY.md.
+docs/RELIABILITY.md; --merge-docs puts the rows of this run (--only's) into docs/RELIABILITY.md in
+the suite's order, replacing those of the same scenarios and keeping the others as they are.
 
-Usage: run_faults.py [--build BUILD] [--only substring] [--update-docs]
+Usage: run_faults.py [--build BUILD] [--only substring] [--update-docs | --merge-docs]
 Network scenarios need root (network namespaces); they are skipped, and say so, otherwise."""
 import argparse
 import glob
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SCENARIOS = []
@@ -1157,6 +1159,291 @@ def bad_store_input(ctx):
                "nothing", ok, "each bad connection closed with a log line; others served")
 
 
+# ---- hostile workers, clients and signals (issue 27) ----------------------------------------------
+
+def run_measured(argv, env, timeout=60):
+    """Runs argv; returns (exit code, stdout bytes, stderr bytes, seconds, peak RSS in MiB). The
+    peak is wait4's: the program's own and its children's, not every child this suite had."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    chunks = {p.stdout: [], p.stderr: []}
+    sel = selectors.DefaultSelector()
+    for f in chunks:
+        sel.register(f, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while sel.get_map() and time.monotonic() < deadline:
+        for key, _ in sel.select(timeout=0.5):
+            data = os.read(key.fileobj.fileno(), 1 << 16)
+            if data:
+                chunks[key.fileobj].append(data)
+            else:
+                sel.unregister(key.fileobj)
+    if sel.get_map():
+        p.kill()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    out, err = b"".join(chunks[p.stdout]), b"".join(chunks[p.stderr])
+    p.stdout.close()
+    p.stderr.close()
+    return p.returncode, out, err, time.monotonic() - t0, usage.ru_maxrss / 1024
+
+
+def python_job(ctx, script, flags=(), timeout=60, env=None):
+    """cohortrun running the Python `script` (text, written to the scenario's folder) with 1 worker
+    and no restart; returns (process, seconds, cohortrun's peak RSS in MiB)."""
+    path = os.path.join(ctx.dir, "worker.py")
+    with open(path, "w") as f:
+        f.write(script)
+    rc, out, err, took, rss = run_measured(
+        [ctx.path("cohortrun"), "--nproc-per-node", "1", "--max-restarts", "0", "--rdzv-id",
+         ctx.tag, *flags, path], env or ctx.env(), timeout)
+    p = types.SimpleNamespace(returncode=rc)
+    p.stdout_text = out.decode(errors="replace")
+    p.stderr_text = err.decode(errors="replace")
+    p.stderr_bytes = err
+    return p, took, rss
+
+
+def hostile_error_file(ctx, make_file, words, expectation, max_seconds=5):
+    """A worker that leaves `make_file(path)` at its TORCHELASTIC_ERROR_FILE and exits 1."""
+    script = ("import os, sys\n"
+              "path = os.environ['TORCHELASTIC_ERROR_FILE']\n"
+              "os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+              f"{make_file}\n"
+              "sys.exit(1)\n")
+    p, took, _ = python_job(ctx, script)
+    err = p.stderr_text
+    ok = (p.returncode == 1 and took < max_seconds and "Root Cause" in err and
+          all(w in err for w in words) and "bad_alloc" not in err)
+    left = ctx.wait_clean()
+    return row(took, summary_line(err, words[0]), "n/a", left, ok and left == "nothing",
+               expectation + ("" if ok else f" (exit {p.returncode} after {took:.1f} s): "
+                              + err[-300:]))
+
+
+@scenario("a worker's error file is a FIFO", "worker")
+def error_file_fifo(ctx):
+    return hostile_error_file(
+        ctx, "os.mkfifo(path)", ["is a FIFO"],
+        "the summary at once, saying the error file is a FIFO (it was read on the event loop, "
+        "which waited for a writer: 19 s frozen)")
+
+
+@scenario("a worker's error file links to /dev/zero", "worker")
+def error_file_dev_zero(ctx):
+    return hostile_error_file(
+        ctx, "os.symlink('/dev/zero', path)", ["is a symbolic link"],
+        "the summary, saying the error file is a symbolic link; links are not followed "
+        "(reading /dev/zero ended cohortrun with std::bad_alloc and no summary)")
+
+
+@scenario("a worker writes a 100 MB error file", "worker")
+def error_file_huge(ctx):
+    # Written in pieces, so that the worker stays small: the peak RSS is cohortrun's.
+    script = ("import os, sys\n"
+              "path = os.environ['TORCHELASTIC_ERROR_FILE']\n"
+              "os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+              "line = 'x' * 99 + '\\\\n'\n"
+              "with open(path, 'w') as f:\n"
+              "    f.write('{\"message\": {\"message\": \"RuntimeError: big\", '\n"
+              "            '\"extraInfo\": {\"timestamp\": \"0\", \"py_callstack\": \"')\n"
+              "    for _ in range(1000):\n"
+              "        f.write(line * 1000)\n"
+              "    f.write('\"}}}')\n"
+              "sys.exit(1)\n")
+    p, took, rss = python_job(ctx, script)
+    err = p.stderr_bytes
+    ok = p.returncode == 1 and rss < 100 and len(err) < 256 * 1024 and b"Root Cause" in err
+    left = ctx.wait_clean()
+    return row(took, f"summary of {len(err) / 1024:.0f} KiB, cohortrun's peak RSS {rss:.0f} MiB",
+               "n/a", left, ok and left == "nothing",
+               "a bounded read and a bounded summary: peak RSS under 100 MiB and under 256 KiB "
+               "printed (it took 909 MB and printed all 100 MB)" +
+               ("" if ok else f": exit {p.returncode}, " + p.stderr_text[-300:]))
+
+
+@scenario("terminal escapes in a worker's error file", "input")
+def error_file_escapes(ctx):
+    script = ("import os, sys, json\n"
+              "path = os.environ['TORCHELASTIC_ERROR_FILE']\n"
+              "os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+              "evil = '\\x1b]0;pwned\\x07\\x1b[2J\\x1b]52;c;ZXZpbA==\\x07'\n"
+              "json.dump({'message': {'message': 'RuntimeError: ' + evil, 'extraInfo':\n"
+              "           {'py_callstack': 'Traceback' + evil, 'timestamp': '0'}}},\n"
+              "          open(path, 'w'))\n"
+              "sys.exit(1)\n")
+    p, took, _ = python_job(ctx, script)
+    err = p.stderr_bytes
+    ok = p.returncode == 1 and b"\x1b" not in err and b"\x07" not in err and b"\\x1b]0;pwned" in err
+    left = ctx.wait_clean()
+    return row(took, summary_line(p.stderr_text, "pwned"), "n/a", left, ok and left == "nothing",
+               "escape sequences from the file (title, screen clear, clipboard write) are shown "
+               "escaped, never sent to the terminal" +
+               ("" if ok else ": " + repr(err[-300:])))
+
+
+def tagged_leftovers(ctx, tag):
+    """Processes whose command line carries `tag` (a descendant that cleared its environment
+    carries no COHORT_FAULT_TAG)."""
+    found = []
+    for d in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(d + "/cmdline", "rb") as f:
+                if tag.encode() in f.read():
+                    found.append(int(d.rsplit("/", 1)[1]))
+        except OSError:
+            pass
+    return [p for p in found if p != os.getpid()]
+
+
+ESCAPER = ("import os, subprocess, sys, time\n"
+           "nap = [sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[1]]\n"
+           "subprocess.Popen(nap)  # a child in the worker's process group\n"
+           "subprocess.Popen(['env', '-i', 'setsid'] + nap)  # out of the group, no environment\n"
+           "open(sys.argv[2], 'w').close()\n"
+           "time.sleep(120)\n")
+
+
+@scenario("cohortrun's whole process group SIGKILLed", "launcher")
+def group_kill(ctx):
+    script = os.path.join(ctx.dir, "escaper.py")
+    with open(script, "w") as f:
+        f.write(ESCAPER)
+    mark = os.path.join(ctx.dir, "started")
+    tag = ctx.tag + "esc"
+    # As `timeout -s KILL` and `kill -9 -<pgid>` do: cohortrun leads a group, and all of it dies.
+    proc = subprocess.Popen([ctx.path("cohortrun"), "--nproc-per-node", "1", "--rdzv-id", ctx.tag,
+                             script, tag, mark], env=ctx.env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # cohortrun, the worker and its two descendants carry the tag on their command lines.
+    wait_until(lambda: os.path.exists(mark) and len(tagged_leftovers(ctx, tag)) >= 4)
+    before = len(tagged_leftovers(ctx, tag))
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    t0 = time.monotonic()
+    wait_until(lambda: not tagged_leftovers(ctx, tag), timeout=3)
+    gone = time.monotonic() - t0
+    stray = tagged_leftovers(ctx, tag)
+    for pid in stray:  # ours: started by this scenario, named by its tag
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    left = ctx.wait_clean()
+    left = left if not stray else f"{len(stray)} descendants" + ("" if left == "nothing" else ", " + left)
+    ok = before >= 4 and not stray
+    return row(gone if not stray else None,
+               f"{len(stray)} of the worker's 2 descendants left (a child, a setsid'd one with no "
+               "environment)",
+               "n/a", left, ok and left == "nothing",
+               "the worker's child and its setsid'd, environment-less descendant are gone within "
+               "3 s (the reaper, outside cohortrun's group, or the workers' cgroup)")
+
+
+@scenario("SIGTERM while the endpoint accepts and never answers", "launcher")
+def sigterm_connecting(ctx):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    proc = subprocess.Popen([ctx.path("cohortrun"), "--nnodes", "1:2", "--rdzv-backend", "c10d",
+                             "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr", "127.0.0.1",
+                             "--rdzv-id", ctx.tag, "--nproc-per-node", "1", "--no-python",
+                             "/bin/true"], env=ctx.env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    listener.settimeout(20)
+    try:
+        conn, _ = listener.accept()  # cohortrun is in its handshake now
+    except OSError:
+        conn = None
+    time.sleep(0.3)  # well into the handshake's wait for the first answer
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        rc = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = proc.wait()
+    took = time.monotonic() - t0
+    err = proc.stderr.read()
+    if conn:
+        conn.close()
+    listener.close()
+    ok = conn is not None and rc == 128 + signal.SIGTERM and took < 2
+    left = ctx.wait_clean()
+    return row(took, summary_line(err, "SIGTERM"), "n/a", left, ok and left == "nothing",
+               "exit 143 within 2 s (it waited out the 10 s handshake timeout)" +
+               ("" if ok else f": exit {rc} after {took:.1f} s: {err[-300:]}"))
+
+
+@scenario("a client writes a malformed round outcome", "input")
+def malformed_outcome(ctx):
+    store, port = start_cohortd(ctx, stderr=subprocess.DEVNULL)
+    agents = [elastic_agent(ctx, port, "2", ctx.tag, ctx.dir, 60) for _ in range(2)]
+    wait_until(lambda: ctx.mtime(0, 0) and ctx.mtime(1, 0))
+    c = current_dialect(port)
+    key = f"cohort/{ctx.tag}/round/0/outcome".encode()
+    t0 = time.monotonic()
+    c.sendall(b"\x01" + wire_bytes(key) + wire_bytes(b"{garbage"))  # SET
+    rcs = []
+    for a in agents:
+        try:
+            rcs.append(a.wait(timeout=30))
+        except subprocess.TimeoutExpired:
+            a.kill()
+            rcs.append(a.wait())
+    took = time.monotonic() - t0
+    errs = "".join(a.stderr.read() for a in agents)
+    c.close()
+    store.kill()
+    store.wait()
+    ok = (rcs == [1, 1] and "bad_function_call" not in errs and
+          errs.count("malformed outcome") >= 2 and took < 20)
+    left = ctx.wait_clean()
+    return row(took, summary_line(errs, "malformed outcome"), "n/a (job stopped)", left,
+               ok and left == "nothing",
+               "every agent stops its workers and exits 1 naming the malformed record (each ended "
+               "with `cohortrun: bad_function_call`)" + ("" if ok else f": {rcs} {errs[-300:]}"))
+
+
+@scenario("cohortctl status over hostile records", "input")
+def ctl_hostile_records(ctx):
+    store, port = start_cohortd(ctx, "--max-value-bytes", str(64 << 20), stderr=subprocess.DEVNULL)
+    c = current_dialect(port)
+    escape = b"\x1b]0;pwned\x07\x1b[2J"
+    job = b"cohort/" + escape + b"job/"
+    big, medium = b"x" * (24 << 20), b"y" * (3 << 20)
+    node = lambda rank: json_bytes({"node_rank": rank, "nproc": 2**31 - 1, "host": "h" + escape.decode()})
+    for i in range(60):  # 432 MiB of status records: 12 of 24 MiB, 48 of 3 MiB
+        value = big if i % 5 == 0 else medium
+        c.sendall(b"\x01" + wire_bytes(job + f"status/{i}".encode()) + wire_bytes(value))
+    for r in range(2):
+        c.sendall(b"\x01" + wire_bytes(job + f"round/0/node/{r}".encode()) + wire_bytes(node(r)))
+    c.sendall(b"\x03" + wire_bytes(job + b"round/0/node/1"))  # GET: every SET before it is done
+    recv_exact(c, 8 + len(node(1)))
+    rc, out, err, took, peak = run_measured(
+        [ctx.path("cohortctl"), "status", "--store", f"127.0.0.1:{port}"], ctx.env())
+    c.close()
+    store.kill()
+    store.wait()
+    text = out + err
+    ok = (rc == 0 and peak < 200 and b"\x1b" not in text and b"\x07" not in text and
+          b"-2 worker" not in text and b"\\x1b]0;pwned" in text and b"not read" in text)
+    left = ctx.wait_clean()
+    return row(took, f"peak RSS {peak:.0f} MiB for 432 MiB of records; output escaped",
+               "n/a", left, ok and left == "nothing",
+               "cohortctl reads a value up to 4 MiB and a job's records up to 64 MiB, naming what "
+               "it skips (it took 2.2 GB for 720 MB of records), refuses node records whose "
+               "worker count would overflow (it showed \"-2 workers\"), and escapes what clients "
+               "wrote: peak RSS under 200 MiB" +
+               ("" if ok else f": exit {rc}, peak {peak:.0f} MiB: {text[-400:]!r}"))
+
+
+def json_bytes(obj):
+    import json
+    return json.dumps(obj).encode()
+
+
 @scenario("bad command line", "input")
 def bad_cli(ctx):
     cases = [["--nproc-per-node", "zero", "x"], ["--nnodes", "3:1", "x"], ["--redirects", "9", "x"],
@@ -1261,12 +1548,57 @@ def regressions(rows, only):
     return found
 
 
+def table_row(r):
+    saw = r["saw"].replace("|", "\\|")
+    return (f"| {r['name']} | {r['category']} | {fmt_s(r['detected'])} | `{saw}` | "
+            f"{r['recovered']} | {r['left']} | {'pass' if r['ok'] else 'FAIL'} |")
+
+
+def merge_docs(rows):
+    """docs/RELIABILITY.md with `rows` put in: a scenario's row and expectation replaced where the
+    file has them, else inserted where the suite's order puts them."""
+    path = os.path.join(ROOT, "docs", "RELIABILITY.md")
+    lines = open(path).read().split("\n")
+    order = [name for name, _, _ in SCENARIOS]
+    new_rows = {r["name"]: table_row(r) for r in rows}
+    new_why = {r["name"]: f"- **{r['name']}**: {r['why']}." for r in rows if r["why"]}
+
+    def merged(kind, entries, name_of):
+        """`entries` (lines of one kind, in the file's order) with the new ones merged by name."""
+        by_name = {name_of(line): line for line in entries}
+        by_name.update(entries_new[kind])
+        names = sorted(by_name, key=lambda n: order.index(n) if n in order else len(order))
+        return [by_name[n] for n in names]
+
+    entries_new = {"row": new_rows, "why": new_why}
+    row_name = lambda line: line.strip("|").split(" | ")[0].strip()
+    why_name = lambda line: line[len("- **"):line.index("**:")]
+    is_row = lambda line: line.startswith("| ") and not line.startswith("| scenario |")
+    is_why = lambda line: line.startswith("- **") and "**:" in line
+    out, i = [], 0
+    while i < len(lines):
+        for kind, test, name_of in (("row", is_row, row_name), ("why", is_why, why_name)):
+            if test(lines[i]):
+                block = []
+                while i < len(lines) and test(lines[i]):
+                    block.append(lines[i])
+                    i += 1
+                out += merged(kind, block, name_of)
+                break
+        else:
+            out.append(lines[i])
+            i += 1
+    with open(path, "w") as f:
+        f.write("\n".join(out))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--only", default="")
     ap.add_argument("--out", default=None)
     ap.add_argument("--update-docs", action="store_true")
+    ap.add_argument("--merge-docs", action="store_true")
     args = ap.parse_args()
     ctx = Ctx(os.path.abspath(args.build))
     rows = []
@@ -1292,10 +1624,7 @@ def main():
             print(f"     expected: {r['why']}\n     saw: {r['saw']}", flush=True)
     table = ["| scenario | category | noticed after | what the user saw | recovered | left behind | result |",
              "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        saw = r["saw"].replace("|", "\\|")
-        table.append(f"| {r['name']} | {r['category']} | {fmt_s(r['detected'])} | `{saw}` | "
-                     f"{r['recovered']} | {r['left']} | {'pass' if r['ok'] else 'FAIL'} |")
+    table += [table_row(r) for r in rows]
     doc = ("# What cohort survives\n\n"
            "Generated by `scripts/faults/run_faults.py` (CI runs it: `ctest -L faults`; a row that "
            "misses its expectation fails the build). Each scenario injects one fault into real "
@@ -1313,9 +1642,11 @@ def main():
     if args.update_docs:
         with open(os.path.join(ROOT, "docs", "RELIABILITY.md"), "w") as f:
             f.write(doc)
+    if args.merge_docs:
+        merge_docs(rows)
     failed = [r["name"] for r in rows if not r["ok"]]
     print(f"{len(rows) - len(failed)}/{len(rows)} scenarios as expected; table in {out}")
-    worse = [] if args.update_docs else regressions(rows, args.only)
+    worse = [] if args.update_docs or args.merge_docs else regressions(rows, args.only)
     for w in worse:
         print(f"REGRESSION {w}")
     sys.exit(1 if failed or worse else 0)
