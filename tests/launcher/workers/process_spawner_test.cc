@@ -157,7 +157,10 @@ TEST(WorkerCgroup, HoldsWhatLeavesTheGroupAndClearsItsEnvironmentAndKillsItAll) 
   while (::read(p.stdout_fd, &c, 1) == 1 && c != '\n') line += c;
   const pid_t escaped = std::stoi(line);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (members(path).size() < 2 && std::chrono::steady_clock::now() < deadline) ::usleep(2000);
+  // Until the child has left (env, then setsid, then exec sleep).
+  while ((members(path).size() < 2 || ::getsid(escaped) != escaped) &&
+         std::chrono::steady_clock::now() < deadline)
+    ::usleep(2000);
   auto in_it = members(path);
   EXPECT_EQ(std::count(in_it.begin(), in_it.end(), p.pid), 1);
   EXPECT_EQ(std::count(in_it.begin(), in_it.end(), escaped), 1);
