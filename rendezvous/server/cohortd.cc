@@ -107,6 +107,11 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
                  "past it closes the connection")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--max-memory", s.max_memory,
+                 "Bytes of keys, values and queued items the store may hold (0: no cap): a write "
+                 "past it closes its connection with a log line (TCPStore has no error reply; "
+                 "PyTorch's clients raise at their next request); reads go on, deletes make room")
+      ->capture_default_str();
   app.add_option("--connection-memory-budget", s.connection_memory_budget,
                  "Unsent and buffered bytes of all connections together: past it, the connection "
                  "holding the most is closed")

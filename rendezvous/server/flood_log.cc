@@ -3,6 +3,21 @@
 #include <spdlog/spdlog.h>
 
 namespace cohort::rdzv {
+namespace {
+
+const char* why(FloodClose kind) {
+  switch (kind) {
+    case FloodClose::kTimeout:
+      return "at a timeout";
+    case FloodClose::kUnauthenticated:
+      return "without a valid token";
+    case FloodClose::kMaxMemory:
+      return "for a write past --max-memory";
+  }
+  return "";
+}
+
+}  // namespace
 
 void FloodLog::closed(FloodClose kind, const std::string& peer, const std::string& reason) {
   Kind& k = kinds_[static_cast<size_t>(kind)];
@@ -13,8 +28,7 @@ void FloodLog::closed(FloodClose kind, const std::string& peer, const std::strin
     log_.warn("closing connection from {}: {}", peer, reason);
   } else {
     log_.warn("closing connection from {}: {} (and {} more closed {} since the last such line)",
-              peer, reason, k.unlogged - 1,
-              kind == FloodClose::kTimeout ? "at a timeout" : "without a valid token");
+              peer, reason, k.unlogged - 1, why(kind));
   }
   k.unlogged = 0;
   k.last_line = now;

@@ -1,7 +1,7 @@
 // FloodLog: the store's log lines about connections it closes in floods (at a timeout, for no or
-// a wrong token): at most one line a second per kind of close, saying how many more there were
-// since the last such line. A flood of wrong tokens wrote a line each, 757 KB/s (issue 27); the
-// closes are counted in the metrics either way.
+// a wrong token, for a write past --max-memory): at most one line a second per kind of close,
+// saying how many more there were since the last such line. A flood of wrong tokens wrote a line
+// each, 757 KB/s (issue 27); the closes are counted in the metrics either way.
 //
 // Thread safety: none; the server's loop thread only.
 #pragma once
@@ -20,6 +20,7 @@ namespace cohort::rdzv {
 enum class FloodClose : uint8_t {
   kTimeout,          // --handshake-timeout, --first-request-timeout, --idle-timeout
   kUnauthenticated,  // no token handshake, or a wrong token
+  kMaxMemory,        // a write past --max-memory
 };
 
 class FloodLog {
@@ -37,7 +38,7 @@ class FloodLog {
     std::chrono::steady_clock::time_point last_line{};
   };
   spdlog::logger& log_;
-  std::array<Kind, 2> kinds_{};
+  std::array<Kind, 3> kinds_{};
 };
 
 }  // namespace cohort::rdzv

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cohort/rdzv/auth.h"
+#include "server/write_growth.h"
 
 namespace cohort::rdzv {
 namespace {
@@ -25,6 +26,7 @@ ProtocolHandler::ProtocolHandler(StoreState& state, const StoreServerOptions& op
 
 bool ProtocolHandler::reject(RejectReason reason, std::string why) {
   close_reason_ = std::move(why);
+  rejected_ = reason;
   if (reason == RejectReason::kNoToken || reason == RejectReason::kWrongToken)
     refused_unauthenticated_ = true;
   if (counters_) counters_->rejected(reason);
@@ -213,9 +215,22 @@ bool ProtocolHandler::admit(const Framed& f) {
   return true;
 }
 
+bool ProtocolHandler::fits() {
+  if (options_.max_memory == 0) return true;
+  const uint64_t growth = write_growth(state_, req_);
+  const uint64_t held = state_.key_value_bytes() + state_.queued_bytes();
+  if (growth == 0 || held + growth <= options_.max_memory) return true;
+  return reject(RejectReason::kMaxMemory,
+                std::string(op_name(req_.op)) + " refused: it adds " + std::to_string(growth) +
+                    " bytes to the " + std::to_string(held) +
+                    " of keys, values and queued items, past --max-memory (" +
+                    std::to_string(options_.max_memory) +
+                    "); reads go on, and deleting keys makes room");
+}
+
 bool ProtocolHandler::run(const Framed& f) {
   if (!f.tagged) {
-    bool keep = dispatch(req_);
+    bool keep = fits() && dispatch(req_);
     begin_ += f.bytes;
     return keep;
   }
@@ -225,6 +240,7 @@ bool ProtocolHandler::run(const Framed& f) {
     out_.bytes().append(*cached);  // a retry: the write already happened
     return true;
   }
+  if (!fits()) return false;
   // A write's reply is copied bytes (only GET and MULTI_GET share values), all in the tail.
   std::string& out = out_.bytes();
   const size_t reply_start = out.size();

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -91,6 +92,8 @@ class ProtocolHandler {
   bool watching() const { return watching_; }
   // True when the connection was closed for lack of (valid) authentication.
   bool refused_unauthenticated() const { return refused_unauthenticated_; }
+  // Why the connection must close, once a request was refused (process() returned false).
+  std::optional<RejectReason> rejected() const { return rejected_; }
 
   // Replies already taken out of output() and not yet sent (the session's write in flight):
   // they count toward options.max_unsent_bytes, beyond which process() executes nothing more
@@ -100,8 +103,8 @@ class ProtocolHandler {
  private:
   // process() runs each request through ordered guards: next_request() (dialect, held behind a
   // WAIT, backpressure, tag, decode and limits), admit() (a timed-out 1.13 WAIT, liveness-only
-  // clients, tagged writes only), then run() (once per tag) and dispatch(). Every refusal goes
-  // through reject().
+  // clients, tagged writes only), then run() (once per tag; fits(), --max-memory) and dispatch().
+  // Every refusal goes through reject().
   enum class Step { kRun, kHold, kClose };
   struct Framed {
     size_t bytes = 0;  // of the request, its tag included
@@ -115,6 +118,9 @@ class ProtocolHandler {
   bool admit(const Framed& f);
   // Runs req_ (a tagged write once per tag) and consumes its bytes; false when it must close.
   bool run(const Framed& f);
+  // --max-memory: false (rejected) when req_ would take the store's keys, values and queued
+  // items past it. Checked just before a write runs, so a refused one changes nothing.
+  bool fits();
   // Executes one request; false when the connection must close.
   bool dispatch(const Request& req);
   // Appends a GET's or MULTI_GET's byte string for `v` (null: missing, read as empty): a large
@@ -164,6 +170,7 @@ class ProtocolHandler {
   bool watching_ = false;
   uint64_t requests_ = 0;
   std::string close_reason_;
+  std::optional<RejectReason> rejected_;
   Request req_;
   Reply reply_;  // reused: its capacity stays
 };

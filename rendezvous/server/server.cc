@@ -81,6 +81,13 @@ class StoreServer::Impl final : public SessionHost,
       }
       compact_at_start();
     }
+    const uint64_t held = state_.key_value_bytes() + state_.queued_bytes();
+    if (options_.max_memory > 0 && held > options_.max_memory) {
+      log_->warn(
+          "the store holds {} bytes of keys and values, past --max-memory ({}): writes that add "
+          "bytes are refused until deletes bring it under",
+          held, options_.max_memory);
+    }
   }
 
   void start() {
@@ -120,7 +127,7 @@ class StoreServer::Impl final : public SessionHost,
 
   std::string metrics_text() const {
     const StoreServerStats s = stats();
-    ServerMetricsView view{&s, &counters_, &state_, journal_.get(), {}};
+    ServerMetricsView view{&s, &counters_, &state_, journal_.get(), options_.max_memory, {}};
     view.connections.reserve(sessions_.size());
     for (const auto& [id, session] : sessions_)
       view.connections.push_back(

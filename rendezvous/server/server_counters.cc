@@ -28,6 +28,8 @@ std::string_view reject_reason_name(RejectReason r) {
       return "not_a_counter";
     case RejectReason::kMissingKey:
       return "missing_key";
+    case RejectReason::kMaxMemory:
+      return "max_memory";
   }
   return "unknown";
 }

@@ -28,8 +28,9 @@ enum class RejectReason : uint8_t {
   kTooManyWaiters,  // over --max-waiters
   kNotACounter,     // ADD or BARRIER on a value that is not a decimal integer
   kMissingKey,      // a 1.13 GET or MULTI_GET of a missing key (PyTorch 1.13's server closes too)
+  kMaxMemory,       // a write past --max-memory (TCPStore has no error reply: closing is the error)
 };
-inline constexpr size_t kRejectReasonCount = static_cast<size_t>(RejectReason::kMissingKey) + 1;
+inline constexpr size_t kRejectReasonCount = static_cast<size_t>(RejectReason::kMaxMemory) + 1;
 std::string_view reject_reason_name(RejectReason r);
 
 struct ServerCounters {

@@ -78,6 +78,9 @@ std::string render_server_metrics(const ServerMetricsView& v) {
   out.family("cohortd_queued_bytes", "gauge",
              "Bytes of the items in the store's queues (QUEUE_PUSH), with their queues' keys");
   out.sample("cohortd_queued_bytes", {}, n(v.state->queued_bytes()));
+  out.family("cohortd_max_memory_bytes", "gauge",
+             "--max-memory: the most bytes of keys, values and queued items together (0: no cap)");
+  out.sample("cohortd_max_memory_bytes", {}, n(v.max_memory));
 
   if (v.journal) {
     const StoreLog& j = *v.journal;

@@ -12,7 +12,7 @@
 //   cohortd_requests_rejected_total{reason}         requests that closed their connection
 //   cohortd_auth_failures_total{reason}             no_token, wrong_token
 //   cohortd_parked_waits, cohortd_keys, cohortd_stored_bytes (keys and values),
-//   cohortd_queued_bytes (queued items)
+//   cohortd_queued_bytes (queued items), cohortd_max_memory_bytes (--max-memory, 0: none)
 //   with --data-dir: cohortd_log_bytes, cohortd_log_written_bytes_total,
 //   cohortd_log_compactions_total, cohortd_log_fsync_lag_seconds, cohortd_log_replayed_records
 #pragma once
@@ -33,6 +33,7 @@ struct ServerMetricsView {
   const ServerCounters* counters = nullptr;
   const StoreState* state = nullptr;
   const StoreLog* journal = nullptr;  // null without --data-dir
+  uint64_t max_memory = 0;            // --max-memory (0: none)
   struct Connection {
     std::string_view dialect;
     bool authenticated = false;

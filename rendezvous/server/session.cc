@@ -271,6 +271,9 @@ void Session::close(const std::string& reason, bool for_limit, bool unauthentica
   if (reason.empty()) {
   } else if (unauthenticated) {
     host_.log_flood_close(FloodClose::kUnauthenticated, peer_, reason);
+  } else if (handler_.rejected() == RejectReason::kMaxMemory) {
+    // A client that retries its write reconnects and is refused again, as often as it likes.
+    host_.log_flood_close(FloodClose::kMaxMemory, peer_, reason);
   } else {
     host_.log().warn("closing connection from {}: {}", peer_, reason);
   }

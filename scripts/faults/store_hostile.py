@@ -357,6 +357,44 @@ def store_wrong_tokens(ctx):
                "under 4 KB/s of log (a line each: 757 KB/s), and a token holder is served")
 
 
+# ---- a full store -----------------------------------------------------------------------------------
+
+@scenario("writes past --max-memory", "store")
+def store_max_memory(ctx):
+    cap = 64 << 20
+    s, port = start_cohortd(ctx, "--max-memory", str(cap))
+    writer = current_dialect(port)
+    for i in range(56):
+        writer.sendall(set_request(b"k%d" % i, b"m" * (1 << 20)))
+    accepted = is_set(writer, b"k55")
+    writer.sendall(set_request(b"over", b"o" * (16 << 20)))  # 72 MiB: past the cap
+    writer.settimeout(5)
+    try:
+        refused = writer.recv(1) == b""
+    except ConnectionResetError:
+        refused = True
+    except socket.timeout:
+        refused = False
+    reader = current_dialect(port)
+    readable = get_value(reader, b"k0") == b"m" * (1 << 20) and not is_set(reader, b"over")
+    for i in range(16):  # DELETE_KEY frees 16 MiB
+        reader.sendall(b"\x08" + wire_bytes(b"k%d" % i))
+        recv_exact(reader, 8)
+    reader.sendall(set_request(b"after", b"a" * (8 << 20)))
+    room_again = is_set(reader, b"after")
+    hwm = status_kib(s.pid, "VmHWM") >> 10
+    err = stop(s)
+    ok = accepted and refused and readable and room_again and "--max-memory" in err
+    return row(None, next((l.strip()[:110] for l in err.splitlines() if "--max-memory" in l),
+                          "(no line naming --max-memory)"),
+               f"reads served, deletes made room; peak RSS {hwm} MiB" if ok else
+               f"no (accepted={accepted}, refused={refused}, readable={readable}, "
+               f"room again={room_again})", "nothing", ok,
+               "a write that would take the keys and values past --max-memory closes its "
+               "connection with a log line naming the flag (TCPStore has no error reply: PyTorch's "
+               "clients raise at their next request); reads go on, and deletes make room")
+
+
 # ---- token files that are not files ---------------------------------------------------------------
 
 @scenario("token files that are a FIFO, /dev/zero, 200 MB", "input")

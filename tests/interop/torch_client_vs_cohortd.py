@@ -159,5 +159,36 @@ class TorchClientAgainstCohortd(unittest.TestCase):
             self.assertNotIn("--first-request-timeout", server.log.read())
 
 
+class TorchClientAgainstAFullCohortd(unittest.TestCase):
+    """cohortd --max-memory: TCPStore has no error reply in either dialect, so a write past it
+    closes its connection; PyTorch's client hears of it at its next request (set() itself sends
+    and returns). What it raises is pinned here, since users will meet it."""
+
+    def test_a_write_past_max_memory_fails_the_clients_next_request(self):
+        server = Cohortd(COHORTD, "--max-memory", str(64 * 1024))
+        self.addCleanup(server.stop)
+        s = client(server.port)
+        s.set("kept", "k" * (32 * 1024))
+        self.assertEqual(len(s.get("kept")), 32 * 1024)
+        s.set("over", "o" * (48 * 1024))  # past 64 KiB: refused, the connection closed
+        with self.assertRaises(RuntimeError) as caught:  # 2.x: DistNetworkError, a RuntimeError
+            s.get("kept")
+        self.assertTrue(any(w in str(caught.exception).lower()
+                            for w in ("broken pipe", "connection reset", "closed")),
+                        str(caught.exception))
+        other = client(server.port)  # reads go on; a delete makes room
+        self.assertEqual(other.num_keys(), 1)  # "over" was not written (1.13 has no check())
+        self.assertEqual(len(other.get("kept")), 32 * 1024)
+        self.assertTrue(other.delete_key("kept"))
+        other.set("over", "o" * (48 * 1024))
+        self.assertEqual(len(other.get("over")), 48 * 1024)
+        said, deadline = "", time.monotonic() + 5
+        while "--max-memory (65536)" not in said and time.monotonic() < deadline:
+            time.sleep(0.02)  # cohortd's log thread writes the line
+            server.log.seek(0)
+            said = server.log.read()
+        self.assertIn("--max-memory (65536)", said)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

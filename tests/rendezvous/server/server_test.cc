@@ -378,6 +378,43 @@ TEST(StoreServer, AtItsShareTheOldestHalfHandshakeOfAnAddressGivesWayToANewcomer
   EXPECT_TRUE(eventually([&] { return server.stats().connections == 4; }));
 }
 
+// The current dialect's bytes: VALIDATE, then whatever follows.
+std::string validated(std::string rest) {
+  return unhex("00cef7853c") + rest;
+}
+
+TEST(StoreServer, WritesPastMaxMemoryCloseTheirConnectionReadsAndDeletesGoOn) {
+  StoreServerOptions o = local();
+  o.max_memory = 1000;
+  StoreServerThread server(o);
+  const std::string v600(600, 'a'), v300(300, 'b');
+  RawClient writer(server.port());
+  // SET k1 (602 bytes with its key), then SET k2 (302 more): 904 of 1000.
+  writer.send(validated(unhex("01") + S("k1") + S(v600) + unhex("01") + S("k2") + S(v300) +
+                        unhex("05") + unhex("0100000000000000") + S("k2")));  // CHECK k2
+  ASSERT_EQ(writer.read(1), unhex("00"));
+  // 200 bytes more would be 1106: the connection is closed, and the key not written.
+  writer.send(unhex("01") + S("k3") + S(std::string(198, 'c')));
+  EXPECT_TRUE(writer.closed_by_peer());
+  // Another client reads what is there; a SET that replaces a value with a shorter one, and
+  // DELETE_KEY, add nothing and go on; the freed room takes a new key.
+  RawClient reader(server.port());
+  reader.send(validated(unhex("03") + S("k1")));  // GET
+  EXPECT_EQ(reader.read(8 + 600), S(v600));
+  reader.send(unhex("05") + unhex("0100000000000000") + S("k3"));  // CHECK k3: never written
+  EXPECT_EQ(reader.read(1), unhex("01"));
+  reader.send(unhex("01") + S("k2") + S("short") + unhex("08") + S("k1"));  // SET, DELETE_KEY
+  EXPECT_EQ(reader.read(8), unhex("0100000000000000"));
+  reader.send(unhex("01") + S("k3") + S(std::string(198, 'c')) + unhex("05") +
+              unhex("0100000000000000") + S("k3"));
+  EXPECT_EQ(reader.read(1), unhex("00"));
+  const std::string m = server.metrics_text();
+  EXPECT_NE(m.find("cohortd_requests_rejected_total{reason=\"max_memory\"} 1"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("cohortd_max_memory_bytes 1000"), std::string::npos) << m;
+  EXPECT_NE(m.find("cohortd_stored_bytes 207"), std::string::npos) << m;  // k2 short, k3
+}
+
 TEST(StoreServer, AHandshakeNeverFinishedIsClosedAtItsTimeout) {
   StoreServerOptions o = local();
   o.auth_token = "s3cret-token";

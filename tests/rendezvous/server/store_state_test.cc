@@ -1,9 +1,10 @@
 // StoreState semantics, PyTorch's quirks included (docs/PROTOCOL.md §1.3).
 #include "server/store_state.h"
 
-#include "cohort/rdzv/codec.h"
 #include "../hex.h"
+#include "cohort/rdzv/codec.h"
 #include "server/protocol_handler.h"
+#include "server/write_growth.h"
 
 #include <gtest/gtest.h>
 
@@ -94,6 +95,36 @@ TEST_F(StoreStateTest, ALargeValueIsSharedWithRepliesAndNeverChangedUnderThem) {
   st.append("k", "+");  // unshared: grows in place
   EXPECT_EQ(st.get("k"), before);
   EXPECT_EQ(*st.get("k"), std::string(big.size(), 'c') + "+");
+}
+
+TEST_F(StoreStateTest, WriteGrowthIsWhatAWriteWouldAddBeforeItRuns) {
+  auto req = [](Op op, std::vector<std::string_view> keys, std::vector<std::string_view> values) {
+    Request r;
+    r.op = op;
+    r.keys = std::move(keys);
+    r.values = std::move(values);
+    return r;
+  };
+  st.set("k", "12345");
+  EXPECT_EQ(write_growth(st, req(Op::kSet, {"new"}, {"abc"})), 6u);  // key and value
+  EXPECT_EQ(write_growth(st, req(Op::kSet, {"k"}, {"1234567"})), 2u);
+  EXPECT_EQ(write_growth(st, req(Op::kSet, {"k"}, {"1"})), 0u);  // shorter: nothing added
+  EXPECT_EQ(write_growth(st, req(Op::kAppend, {"k"}, {"xy"})), 2u);
+  EXPECT_EQ(write_growth(st, req(Op::kAppend, {"a"}, {"xy"})), 3u);
+  // COMPARE_SET adds only when it would write.
+  EXPECT_EQ(write_growth(st, req(Op::kCompareSet, {"k"}, {"no", "longer value"})), 0u);
+  EXPECT_EQ(write_growth(st, req(Op::kCompareSet, {"k"}, {"12345", "longer value"})), 7u);
+  EXPECT_EQ(write_growth(st, req(Op::kCompareSet, {"m"}, {"x", "value"})), 0u);
+  EXPECT_EQ(write_growth(st, req(Op::kCompareSet, {"m"}, {"", "value"})), 6u);
+  // ADD and BARRIER: the longest counter.
+  EXPECT_EQ(write_growth(st, req(Op::kAdd, {"n"}, {})), 21u);
+  EXPECT_EQ(write_growth(st, req(Op::kAdd, {"k"}, {})), 15u);
+  EXPECT_EQ(write_growth(st, req(Op::kMultiSet, {"k", "new"}, {"1234567", "abc"})), 8u);
+  EXPECT_EQ(write_growth(st, req(Op::kQueuePush, {"q"}, {"item"})), 5u);
+  st.queue_push("q", "first");
+  EXPECT_EQ(write_growth(st, req(Op::kQueuePush, {"q"}, {"item"})), 4u);
+  for (Op read : {Op::kGet, Op::kCheck, Op::kDeleteKey, Op::kQueuePop, Op::kWait})
+    EXPECT_EQ(write_growth(st, req(read, {"k"}, {})), 0u) << op_name(read);
 }
 
 TEST_F(StoreStateTest, AddStoresDecimalTextAndMissingCountsAsZero) {

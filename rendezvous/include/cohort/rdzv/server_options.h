@@ -38,6 +38,12 @@ struct StoreServerOptions {
   // All connections' unsent and buffered bytes together: over it, the connection holding the
   // most is closed with a log line. Bounds what slow readers cost however many there are.
   uint64_t connection_memory_budget = 1ull << 30;
+  // The store's keys, values and queued items together, in bytes (0: no cap), as Redis's
+  // maxmemory (with noeviction) and etcd's quota: a write that would take them past it is
+  // refused by closing its connection, with a log line naming this flag (neither TCPStore dialect
+  // has an error reply; PyTorch's clients raise at their next request). Reads go on, deletes make
+  // room. A store restored from --data-dir may start above it; it takes writes again once under.
+  uint64_t max_memory = 0;
   // A request begun but not completed within this time closes its connection (a slow client
   // cannot hold a connection slot with half a request). Idle connections are fine. 0: no limit.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
