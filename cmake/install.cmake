@@ -71,12 +71,15 @@ foreach(_bin cohortrun cohortd cohortctl cohort-train-fmnist cohort-train-gpt)
     install(TARGETS ${_bin} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
   endif()
 endforeach()
-# The `cohort` Python package (heartbeats for Python workers), where an installed cohortrun looks
-# for it to put on its workers' PYTHONPATH: <prefix>/lib/cohort/python (launcher/plan/job_plan.cc;
-# "lib" whatever CMAKE_INSTALL_LIBDIR is, as it holds no library).
+# The Python packages for Python workers (`cohort`, and cohortrun's worker module `_cohort_worker`
+# with its boot folder), where an installed cohortrun looks for them to put on its workers'
+# PYTHONPATH: <prefix>/lib/cohort/python (launcher/plan/job_plan.cc; "lib" whatever
+# CMAKE_INSTALL_LIBDIR is, as it holds no library).
 if(TARGET cohortrun)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/cohort DESTINATION lib/cohort/python
-          COMPONENT runtime FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+  foreach(_package cohort _cohort_worker)
+    install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/${_package} DESTINATION lib/cohort/python
+            COMPONENT runtime FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+  endforeach()
 endif()
 
 # ---- libcohort -----------------------------------------------------------------------------------

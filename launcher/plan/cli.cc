@@ -413,6 +413,12 @@ const std::vector<Flag>& flags() {
         "Inside a Slurm allocation: nodes, node rank, master address and port, run id and workers "
         "per node from SLURM_* (flags given explicitly still win)",
         [](LaunchConfig& c, const std::string& v) { c.slurm = switch_value("--slurm", v); });
+    own("--no-cohort-module", "",
+        "Do not load cohortrun's worker module into Python workers (then they beat only when the "
+        "script imports cohort, and a hang is judged by beats alone)",
+        [](LaunchConfig& c, const std::string& v) {
+          c.cohort_module = !switch_value("--no-cohort-module", v);
+        });
     own("--no-orphan-sweep", "", "Do not kill what cohortrun agents killed by SIGKILL left behind",
         [](LaunchConfig& c, const std::string& v) {
           c.sweep_orphans = !switch_value("--no-orphan-sweep", v);

@@ -83,6 +83,25 @@ std::string find_python_dir(const EnvMap& env) {
   return {};
 }
 
+// The worker module's boot folder: in `python_dir`, else in the site-packages of the virtual
+// environment cohortrun was installed into as a wheel (<venv>/bin/cohortrun).
+std::string find_cohort_boot_dir(const std::string& python_dir) {
+  namespace fs = std::filesystem;
+  const fs::path boot = fs::path("_cohort_worker") / "boot";
+  auto has_boot = [&](const fs::path& dir) { return fs::exists(dir / boot / "sitecustomize.py"); };
+  if (!python_dir.empty())
+    return has_boot(python_dir) ? (fs::path(python_dir) / boot).string() : std::string();
+  std::error_code ec;
+  const fs::path lib = fs::read_symlink("/proc/self/exe", ec).parent_path().parent_path() / "lib";
+  if (ec || !fs::is_directory(lib, ec)) return {};
+  for (const auto& entry : fs::directory_iterator(lib, ec)) {
+    const fs::path site = entry.path() / "site-packages";
+    if (entry.path().filename().string().rfind("python3", 0) == 0 && has_boot(site))
+      return (site / boot).string();
+  }
+  return {};
+}
+
 // A run id for an elastic job given none: torchrun's default "none" puts every such job on one
 // endpoint into one rendezvous. The nodes of one job run the same command against the same
 // endpoint, so they derive the same id from it, and different jobs get different ones.
@@ -140,7 +159,10 @@ JobPlan make_plan(LaunchConfig config, const EnvMap& env) {
   p.rdzv_conf = parse_rdzv_conf(config.rdzv_conf);
   p.host = hostname();
   p.command = build_worker_command(config, env);
-  if (!p.command.interpreter.empty()) p.python_dir = find_python_dir(env);
+  if (!p.command.interpreter.empty()) {
+    p.python_dir = find_python_dir(env);
+    if (config.cohort_module) p.cohort_boot_dir = find_cohort_boot_dir(p.python_dir);
+  }
   p.run_id = config.standalone ? random_tag(8) : config.rdzv_id;
   if (config.rdzv_backend != RdzvBackend::kStatic && !config.given.contains("--rdzv-id") &&
       config.rdzv_id == "none") {

@@ -32,9 +32,14 @@ struct JobPlan {
   // when binding is off or pointless here (a note says why).
   std::optional<CpuTopology> numa;
   std::vector<int> numa_visible;
-  // Where the `cohort` Python module lives (heartbeats for PyTorch workers), put on Python
-  // workers' PYTHONPATH; "" when not found.
+  // Where the `cohort` Python package lives (python/ of this build, or of an installed
+  // cohortrun), put on Python workers' PYTHONPATH; "" when not found, or when cohortrun came in a
+  // wheel (the wheel's interpreter finds the package in its site-packages).
   std::string python_dir;
+  // The folder whose sitecustomize.py loads cohortrun's worker module into Python workers
+  // (python/_cohort_worker/boot, in python_dir or in a wheel's site-packages), put first on
+  // their PYTHONPATH; "" when not found.
+  std::string cohort_boot_dir;
   std::vector<std::string> notes;  // for the log, once it exists
   // With --auth-token-file: <log_root>/store_token, mode 0600, which workers are told of
   // (COHORT_STORE_TOKEN_FILE) instead of the token itself; NodeAgent removes it when it ends.

@@ -223,9 +223,11 @@ void WorkerGroup::read_heartbeat(Worker& w) {
       asio::buffer(w.beat_buf),
       [this, &w, alive = std::weak_ptr<int>(alive_)](std::error_code ec, size_t n) {
         if (ec || alive.expired()) return;  // the worker is gone, or so is the group
-        if (w.beats.feed(std::string_view(w.beat_buf, n)))
-          w.last_beat = std::chrono::steady_clock::now();
-        if (spec_.hang_timeout.count() > 0 && w.running) {
+        // Only beats and step reports arm the hang timer: a hello is no beat, and a worker that
+        // never beats is never judged by beats.
+        const bool beat = w.beats.feed(std::string_view(w.beat_buf, n));
+        if (beat) w.last_beat = std::chrono::steady_clock::now();
+        if (beat && spec_.hang_timeout.count() > 0 && w.running) {
           w.hang_timer->start(spec_.hang_timeout, [this, &w] {
             if (!w.running || w.dumping) return;
             // Its stack first: the summary should show where it was stuck.

@@ -126,12 +126,14 @@ GroupSpec make_group_spec(const JobPlan& plan, const EnvMap& env, const RankAssi
     if (!plan.command.interpreter.empty()) {
       // A hung Python worker asked for its stack (SIGABRT) prints every thread's.
       if (!env.contains("PYTHONFAULTHANDLER")) set_env(&w.request.env, "PYTHONFAULTHANDLER", "1");
-      // `import cohort` gives PyTorch scripts heartbeats on every optimizer step.
-      if (!plan.python_dir.empty()) {
+      // cohortrun's worker module first (its boot folder's sitecustomize.py loads it before the
+      // script: beats on every optimizer step, answers to hang probes), then `import cohort`.
+      std::string path = plan.cohort_boot_dir;
+      if (!plan.python_dir.empty()) path += (path.empty() ? "" : ":") + plan.python_dir;
+      if (!path.empty()) {
         auto it = env.find("PYTHONPATH");
-        set_env(&w.request.env, "PYTHONPATH",
-                plan.python_dir +
-                    (it != env.end() && !it->second.empty() ? ":" + it->second : std::string()));
+        if (it != env.end() && !it->second.empty()) path += ":" + it->second;
+        set_env(&w.request.env, "PYTHONPATH", path);
       }
     }
     if (!c.devices.empty()) set_env(&w.request.env, "COHORT_DEVICE", c.devices[lr]);

@@ -1,16 +1,17 @@
-"""cohort for Python workers: heartbeats that let cohortrun see a hung worker.
+"""cohort for Python workers: what cohortrun gives every Python worker, and a few calls for
+scripts that want to say more.
 
-Under cohortrun, every worker has a heartbeat pipe (COHORT_HEARTBEAT_FD); with
-`cohortrun --worker-hang-timeout S`, a worker that has beaten once and then stays silent for S
-seconds is declared hung: cohortrun asks it for its stack (SIGABRT, with Python's faulthandler on)
-and the failure summary shows where every thread was. Importing this module is all a PyTorch
-script needs:
+Under cohortrun nothing needs importing: cohortrun loads its worker module into every Python
+worker (python/_cohort_worker/boot/sitecustomize.py; `cohortrun --no-cohort-module` turns that
+off), so that every optimizer step beats and reports its time, and a hang is explained with
+every rank's collectives and stacks. Importing this module does the same where that was turned
+off:
 
     import cohort   # every optimizer step now beats
 
-It registers PyTorch's global optimizer-step hook (torch 2.x; on 1.13, each zero_grad() beats).
-Code without an optimizer, or long phases without steps (evaluation, checkpoints), can beat by
-hand:
+Long phases without optimizer steps (evaluation, checkpoints) need nothing either: cohortrun
+judges a group hung only when some ranks wait in a collective that another rank has not
+entered. A worker may still beat by hand:
 
     cohort.beat()
 
@@ -21,8 +22,9 @@ A training loop can also say how far it is and how long its steps take, for coho
 
 Without cohortrun (no COHORT_HEARTBEAT_FD) all of these do nothing.
 """
-from ._heartbeat import beat, install_torch_hook, report_step
+import _cohort_worker
+from _cohort_worker import beat, report_step
 
-__all__ = ["beat", "install_torch_hook", "report_step"]
+__all__ = ["beat", "report_step"]
 
-install_torch_hook()
+_cohort_worker.start()

@@ -54,5 +54,47 @@ TEST(HeartbeatLine, MalformedAndOverlongLinesAreDroppedWhole) {
   EXPECT_EQ(s.last_step()->step, 4);
 }
 
+TEST(HeartbeatLine, AHelloParsesBackAndIsNoBeat) {
+  Hello h;
+  h.pid = 4242;
+  h.features = {kProbeFeature, "later"};
+  const std::string line = encode_hello(h);
+  EXPECT_EQ(line, "H 1 4242 probe,later\n");
+  HeartbeatParser p;
+  // A worker that only said hello has not beaten: the beat rule must not judge it.
+  EXPECT_FALSE(p.feed(line));
+  ASSERT_TRUE(p.hello().has_value());
+  EXPECT_EQ(p.hello()->version, kHelloVersion);
+  EXPECT_EQ(p.hello()->pid, 4242);
+  EXPECT_TRUE(p.hello()->has("probe"));
+  EXPECT_FALSE(p.hello()->has("prob"));
+  EXPECT_EQ(encode_hello(Hello{kHelloVersion, 7, {}}), "H 1 7 -\n");
+  // Cut anywhere between beats and a report, the hello still parses and the beats still count.
+  const std::string mixed = "b" + line + "S 5 0.1 0 0\nb";
+  for (size_t cut = 1; cut < mixed.size(); ++cut) {
+    HeartbeatParser t;
+    t.feed(mixed.substr(0, cut));
+    t.feed(mixed.substr(cut));
+    ASSERT_TRUE(t.hello().has_value()) << cut;
+    EXPECT_EQ(t.hello()->pid, 4242) << cut;
+    ASSERT_TRUE(t.last_step().has_value()) << cut;
+    EXPECT_EQ(t.last_step()->step, 5) << cut;
+    EXPECT_EQ(t.malformed(), 0u) << cut;
+  }
+}
+
+TEST(HeartbeatLine, AMalformedHelloIsDroppedAndKeepsTheLastGoodOne) {
+  HeartbeatParser p;
+  p.feed("H 1 10 -\n");
+  for (const char* bad : {"H\n", "H 1\n", "H 1 0 -\n", "H 0 5 -\n", "H 1 5 a,,b\n",
+                          "H 1 5 probe extra\n", "H x 5 -\n"}) {
+    p.feed(bad);
+  }
+  EXPECT_EQ(p.malformed(), 7u);
+  EXPECT_EQ(p.hello()->pid, 10);
+  EXPECT_FALSE(p.feed("H 1 " + std::string(200, '9') + " -\n"));
+  EXPECT_EQ(p.malformed(), 8u);
+}
+
 }  // namespace
 }  // namespace cohort::heartbeat_pipe

@@ -20,8 +20,8 @@ namespace cohort::heartbeat_pipe {
 namespace {
 
 // Runs `code` in COHORT_PYTHON with python/ on its path and the heartbeat pipe's write end named
-// by COHORT_HEARTBEAT_FD; returns what it wrote on the pipe.
-std::string run_python_writer(const std::string& code) {
+// by COHORT_HEARTBEAT_FD; returns what it wrote on the pipe, and its pid in `pid_out`.
+std::string run_python_writer(const std::string& code, pid_t* pid_out = nullptr) {
   int fds[2];
   EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
   posix_spawn_file_actions_t actions;
@@ -51,14 +51,20 @@ std::string run_python_writer(const std::string& code) {
   int status = 0;
   ::waitpid(pid, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "python exited " << status;
+  if (pid_out) *pid_out = pid;
   return out;
 }
 
 TEST(PythonHeartbeat, WhatThePythonModuleWritesTheLauncherReads) {
+  pid_t pid = -1;
   const std::string bytes = run_python_writer(
-      "from cohort import _heartbeat as h\n"
+      // What cohortrun's sitecustomize does first: the worker takes its descriptors, says hello.
+      "import _cohort_worker\n"
+      "_cohort_worker.start()\n"
+      "from _cohort_worker import heartbeat as h\n"
       "h.beat()\n"
-      "h.report_step(1234567, 0.0125, 2048.5, 0.003)\n");
+      "h.report_step(1234567, 0.0125, 2048.5, 0.003)\n",
+      &pid);
   HeartbeatParser p;
   EXPECT_TRUE(p.feed(bytes)) << bytes;
   EXPECT_EQ(p.malformed(), 0u) << bytes;
@@ -70,6 +76,20 @@ TEST(PythonHeartbeat, WhatThePythonModuleWritesTheLauncherReads) {
   // Byte for byte what the C++ writer makes of the same report.
   EXPECT_NE(bytes.find(encode_step_report({1234567, 0.0125, 2048.5, 0.003})), std::string::npos)
       << bytes;
+  // Its hello: this process, no control socket here so no probe; written first, byte for byte.
+  ASSERT_TRUE(p.hello().has_value()) << bytes;
+  EXPECT_EQ(p.hello()->pid, pid);
+  EXPECT_TRUE(p.hello()->features.empty()) << bytes;
+  EXPECT_EQ(bytes.rfind(encode_hello(Hello{kHelloVersion, pid, {}}), 0), 0u) << bytes;
+}
+
+TEST(PythonHeartbeat, TheOldImportPathStillBeats) {
+  const std::string bytes = run_python_writer(
+      "from cohort import _heartbeat as h\n"
+      "h.beat()\n");
+  HeartbeatParser p;
+  EXPECT_TRUE(p.feed(bytes)) << bytes;
+  EXPECT_TRUE(p.hello().has_value()) << bytes;  // `import cohort` starts the worker module
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// A hung PyTorch worker, found by the heartbeats `import cohort` gives it, and its Python stack in
-// the failure summary; a worker whose elastic file timer expires, killed as torchrun 2.x kills it
-// (real PyTorch, each generation).
+// A hung PyTorch worker, found by the heartbeats cohortrun's worker module gives an unchanged
+// script, and its Python stack in the failure summary; a worker whose elastic file timer expires,
+// killed as torchrun 2.x kills it (real PyTorch, each generation).
 #include <gtest/gtest.h>
 
 #include "launcher_fixture.h"
@@ -29,6 +29,18 @@ TEST_F(LauncherTest, AHungPyTorchWorkerIsFoundWithItsStack) {
   EXPECT_NE(summary.find("stuck_waiting_for_data"), std::string::npos) << summary;
   // Found within the timeout and a beat, after PyTorch's start-up (not after its 600 s sleep).
   EXPECT_LT(took, 60s);
+}
+
+TEST_F(LauncherTest, WithoutTheCohortModuleAnUnchangedScriptNeverBeats) {
+  COHORT_REQUIRE_TORCH();
+  // Rank 1 stalls for 4 s, twice the hang timeout, and then finishes: without the worker module
+  // the script never beats, so it is never judged, and the job succeeds.
+  auto r =
+      run(cohortrun({"--nproc-per-node", "2", "--worker-hang-timeout", "2", "--no-cohort-module"},
+                    {COHORT_SOURCE_DIR "/tests/interop/hung_worker.py"}),
+          {"STEPS=30", "HANG_SECONDS=4"}, 120s);
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.err.find("hung"), std::string::npos) << r.err;
 }
 
 TEST_F(LauncherTest, AWorkerWhoseFileTimerExpiresIsKilledAndNamedInTheSummary) {

@@ -1,13 +1,21 @@
-// The heartbeat pipe's contract, between a worker (libcohort's cohort/heartbeat.h, and the Python
-// module python/cohort/_heartbeat.py, which writes the same bytes) and cohortrun, which reads it.
+// The heartbeat pipe's contract, between a worker (libcohort's cohort/heartbeat.h, and cohortrun's
+// Python worker module python/_cohort_worker/heartbeat.py, which writes the same bytes) and
+// cohortrun, which reads it.
 //
 // The worker writes to the descriptor named by COHORT_HEARTBEAT_FD (worker_env_names.h):
-//   - a beat: any single byte other than 'S' (libcohort and the Python module write 'b');
+//   - a beat: any single byte other than 'S' and 'H' (libcohort and the Python module write 'b');
 //   - a step report, one line: "S <step> <step_s> <items_per_s> <comm_s>\n" with <step> a
-//     non-negative integer and the rest non-negative decimals (printf's %.6g), at most
-//     kMaxReportLine bytes after the 'S'. A report is also a beat.
+//     non-negative integer and the rest non-negative decimals (printf's %.6g). A report is also a
+//     beat.
+//   - hello, one line: "H <version> <pid> <features>\n", written once by the process that took
+//     the worker's descriptors (the worker itself, or a process a fork server forked for it):
+//     <version> kHelloVersion, <pid> that process, <features> a comma-separated list ("-" when
+//     empty): "probe" when it answers hang probes on COHORT_CONTROL_FD. Hello is no beat: a
+//     worker that never beats is still never judged by beats.
+// A line runs at most kMaxReportLine bytes after its first byte, and goes out in one write()
+// (under PIPE_BUF), so that lines never interleave.
 //
-// Thread safety: encode_step_report is pure; a HeartbeatParser belongs to one thread.
+// Thread safety: the encoders are pure; a HeartbeatParser belongs to one thread.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cohort::heartbeat_pipe {
 
@@ -22,8 +31,13 @@ namespace cohort::heartbeat_pipe {
 inline constexpr char kBeat = 'b';
 // The byte that starts a step report.
 inline constexpr char kReportStart = 'S';
-// A report line longer than this (after its 'S') is malformed.
+// The byte that starts a hello.
+inline constexpr char kHelloStart = 'H';
+// A line longer than this (after its first byte) is malformed.
 inline constexpr size_t kMaxReportLine = 160;
+inline constexpr int kHelloVersion = 1;
+// The feature of a worker that answers hang probes on its control socket.
+inline constexpr const char* kProbeFeature = "probe";
 
 // What a worker says of its recent steps: the last step's number, and the means since the
 // previous report of a step's seconds, the items (samples, tokens) per second, and the seconds of
@@ -35,8 +49,19 @@ struct StepReport {
   double comm_s = 0;
 };
 
+// Which process holds a worker's descriptors, and what it offers.
+struct Hello {
+  int version = kHelloVersion;
+  int64_t pid = 0;
+  std::vector<std::string> features;
+
+  bool has(std::string_view feature) const;
+};
+
 // The line a worker writes for `r`, "S <step> <step_s> <items_per_s> <comm_s>\n".
 std::string encode_step_report(const StepReport& r);
+// "H <version> <pid> <features>\n"; "" when it would not fit a line (too many features).
+std::string encode_hello(const Hello& h);
 
 // Reads what a worker wrote, in whatever pieces read() returned: a report cut between two reads
 // is put back together. A line that does not parse, or runs past kMaxReportLine, is dropped whole
@@ -47,15 +72,19 @@ class HeartbeatParser {
   bool feed(std::string_view bytes);
   // The last report that parsed, if any.
   const std::optional<StepReport>& last_step() const { return last_step_; }
-  // How many report lines were dropped.
+  // The last hello that parsed, if any.
+  const std::optional<Hello>& hello() const { return hello_; }
+  // How many lines were dropped.
   uint64_t malformed() const { return malformed_; }
 
  private:
-  void finish_line();
+  // Returns true for a report (a beat), false for a hello or a malformed line.
+  bool finish_line();
 
   std::optional<StepReport> last_step_;
-  std::string line_;  // a report being read
-  bool in_line_ = false;
+  std::optional<Hello> hello_;
+  std::string line_;    // a line being read, after its first byte
+  char line_kind_ = 0;  // its first byte; 0: not in a line
   uint64_t malformed_ = 0;
 };
 

@@ -1,7 +1,7 @@
 // The environment contract between cohortrun (launcher/workers/worker_env.cc and
 // process_spawner.cc write it) and the workers it starts (libcohort's Context::from_env in
-// worker_runtime/context.cc, its heartbeats and error files, and the Python module in
-// python/cohort/ read it): every variable's name, in one place.
+// worker_runtime/context.cc, its heartbeats and error files, and the Python modules in
+// python/cohort/ and python/_cohort_worker/ read it): every variable's name, in one place.
 //
 // torchrun's variables keep torchrun's names and value formats (docs/TORCHRUN.md §3.2), so a
 // PyTorch script reads them unchanged; cohortrun's own extras are COHORT_*.
@@ -36,6 +36,10 @@ inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
 // ---- cohortrun's own ----------------------------------------------------------------------------
 // The write end of the worker's heartbeat pipe (cohort/base/heartbeat_line.h).
 inline constexpr const char* kHeartbeatFd = "COHORT_HEARTBEAT_FD";
+// Set by the process that took the worker's descriptors (cohortrun's Python worker module,
+// python/_cohort_worker): its pid. A process that finds another pid there (a DataLoader worker
+// forked from the worker, a subprocess it started) leaves the descriptors alone.
+inline constexpr const char* kWorkerPid = "COHORT_WORKER_PID";
 // The job's store token, as a file's path (0600, removed when the agent ends) or, for plans made
 // without the file, the token itself. libcohort reads it and takes both out of its environment.
 inline constexpr const char* kStoreTokenFile = "COHORT_STORE_TOKEN_FILE";

@@ -96,6 +96,9 @@ struct LaunchConfig {
   // store (a cohortd being restarted); past it, they are stopped as for a lost node.
   std::chrono::milliseconds store_loss_grace{std::chrono::seconds(60)};
   bool sweep_orphans = true;
+  // Python workers get cohortrun's worker module without importing it (python/_cohort_worker/boot
+  // first on their PYTHONPATH): beats on every optimizer step, answers to hang probes.
+  bool cohort_module = true;
   // --gpu-preflight: before joining, every GPU this node will use must be visible to NVML, free
   // of other processes and free of pending errors, or the node exits without joining.
   bool gpu_preflight = false;
