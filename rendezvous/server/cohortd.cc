@@ -50,6 +50,12 @@ int parse_cohortd_args(int argc, char** argv, CohortdConfig* config) {
                  "Open connections; further ones are closed at once")
       ->capture_default_str();
   app.add_option("--max-waiters", s.max_waiters, "Parked WAIT requests")->capture_default_str();
+  app.add_option("--accept-queues", s.accept_queues,
+                 "Listening sockets on the port (SO_REUSEPORT), each queueing as many connections "
+                 "as net.core.somaxconn allows; 0: enough for about 32,768 waiting connections "
+                 "(at most 8)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   std::string token_file, allow;
   app.add_option("--auth-token-file", token_file,
                  "Require every client to prove it knows the token in this file (HMAC challenge)");
@@ -248,7 +254,9 @@ int run_cohortd(const CohortdConfig& config) {
   std::printf("%s\n", server.address().c_str());
   std::fflush(stdout);
   if (!config.port_file.empty()) write_port_file(config.port_file, server.port());
-  log->info("listening on {} (both TCPStore dialects; {} descriptors; {})", server.address(), fds,
+  const StoreServerStats started = server.stats();
+  log->info("listening on {} (both TCPStore dialects; {} descriptors; accept queues {} x {}; {})",
+            server.address(), fds, started.accept_queues, started.accept_queue_length,
             config.server.auth_token.empty()
                 ? "no authentication: anyone who can connect may use it"
                 : "token required");

@@ -17,11 +17,13 @@ constexpr size_t kKeepBuffer = 64 * 1024;
 }  // namespace
 
 ProtocolHandler::ProtocolHandler(StoreState& state, const StoreServerOptions& options, SessionId id,
-                                 bool must_authenticate, ServerCounters* counters)
+                                 bool must_authenticate, ServerCounters* counters,
+                                 uint64_t wait_scope)
     : state_(state),
       options_(options),
       id_(id),
       counters_(counters),
+      wait_scope_(wait_scope),
       must_authenticate_(must_authenticate) {}
 
 bool ProtocolHandler::reject(RejectReason reason, std::string why) {
@@ -350,7 +352,7 @@ bool ProtocolHandler::dispatch(const Request& req) {
       reply.code = st.check(req.keys) ? kCheckReady : kCheckNotReady;
       break;
     case Op::kWait:
-      if (!answer_wait(st.wait(id_, req.keys), &answered)) return false;
+      if (!answer_wait(st.wait(id_, req.keys, wait_scope_), &answered)) return false;
       break;
     case Op::kBarrier:
       if (!answer_wait(st.barrier(id_, req.keys[0], req.delta), &answered)) return false;

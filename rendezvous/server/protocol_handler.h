@@ -42,8 +42,11 @@ class ProtocolHandler {
   // `state`, `options` and `counters` must outlive the handler. `must_authenticate`: the
   // connection must complete the token handshake (auth.h) before any request. `counters`
   // (optional) counts rejections and each request's latency, measured from read_at().
+  // `wait_scope`: its one-key WAITs may share a parked wait with those of other handlers of the
+  // same non-zero scope (StoreState::wait).
   ProtocolHandler(StoreState& state, const StoreServerOptions& options, SessionId id,
-                  bool must_authenticate = false, ServerCounters* counters = nullptr);
+                  bool must_authenticate = false, ServerCounters* counters = nullptr,
+                  uint64_t wait_scope = 0);
 
   // Writable space at the end of the input buffer (at least 512 bytes); then commit() what was
   // put. The buffer may move here, so no read may be in flight into an earlier span.
@@ -82,6 +85,8 @@ class ProtocolHandler {
     return !dialect_known_ ? "unknown" : dialect_ == Dialect::kCurrent ? "current" : "legacy";
   }
   bool has_input() const { return begin_ < end_; }
+  // The bytes read and not yet consumed.
+  std::span<const uint8_t> buffered() const { return {in_.get() + begin_, end_ - begin_}; }
   size_t buffered_input() const { return end_ - begin_; }
   const std::string& close_reason() const { return close_reason_; }
   // True once the token handshake is done, or when none was needed.
@@ -133,6 +138,7 @@ class ProtocolHandler {
   const StoreServerOptions& options_;
   const SessionId id_;
   ServerCounters* const counters_;
+  const uint64_t wait_scope_;
   std::chrono::steady_clock::time_point read_at_{};
   std::chrono::steady_clock::time_point parked_at_{};  // read_at_ of the parked WAIT or BARRIER
   Op parked_op_ = Op::kWait;

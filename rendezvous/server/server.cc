@@ -6,16 +6,18 @@
 
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
-#include <asio/ip/v6_only.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/steady_timer.hpp>
 #include <chrono>
 #include <cstring>
 #include <future>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "cohort/base/logging.h"
 #include "cohort/error.h"
+#include "server/link_session.h"
+#include "server/listener.h"
 #include "server/pending_handshakes.h"
 #include "server/server_metrics.h"
 #include "server/session.h"
@@ -27,6 +29,7 @@ namespace cohort::rdzv {
 using asio::ip::tcp;
 
 class StoreServer::Impl final : public SessionHost,
+                                public LinkHost,
                                 public StoreListener,
                                 public std::enable_shared_from_this<StoreServer::Impl> {
  public:
@@ -35,29 +38,11 @@ class StoreServer::Impl final : public SessionHost,
         options_(std::move(options)),
         log_(component_logger("store")),
         state_(this, options_.max_waiters),
-        acceptor_(io),
-        retry_timer_(io),
         journal_timer_(io),
         compaction_wait_(io) {
-    tcp::endpoint ep = resolve(options_.host, options_.port);
-    std::error_code ec;
-    acceptor_.open(ep.protocol(), ec);
-    // Asio opens and accepts without SOCK_CLOEXEC: a program this process starts (cohortrun's
-    // workers, a libcohort worker's children) must not hold the port or a client's connection.
-    if (!ec) ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec && ep.address().is_v6()) acceptor_.set_option(asio::ip::v6_only(false), ec);
-    if (!ec) acceptor_.bind(ep, ec);
-    if (!ec) acceptor_.listen(tcp::acceptor::max_listen_connections, ec);
-    if (ec) {
-      throw Error("cannot listen on " + format_address(options_.host, options_.port) + ": " +
-                  ec.message() +
-                  (ec == asio::error::address_in_use
-                       ? " (another process holds that port; choose another, or port 0 for a "
-                         "free one)"
-                       : ""));
-    }
-    port_ = acceptor_.local_endpoint().port();
+    listener_ = std::make_unique<Listener>(io_, resolve(options_.host, options_.port),
+                                           options_.accept_queues, log_);
+    port_ = listener_->port();
     if (!options_.data_dir.empty()) {
       journal_ = std::make_unique<StoreLog>(options_.data_dir, &state_, options_.fsync,
                                             options_.accept_log_damage);
@@ -91,7 +76,7 @@ class StoreServer::Impl final : public SessionHost,
   }
 
   void start() {
-    do_accept();
+    listener_->start([self = shared_from_this()](tcp::socket s) { self->on_accept(std::move(s)); });
     if (journal_) arm_journal_timer();
   }
 
@@ -101,9 +86,7 @@ class StoreServer::Impl final : public SessionHost,
   void stop() {
     if (stopped_) return;
     stopped_ = true;
-    std::error_code ignored;
-    acceptor_.close(ignored);
-    retry_timer_.cancel();
+    listener_->stop();
     journal_timer_.cancel();
     std::error_code closed;
     compaction_wait_.close(closed);
@@ -114,11 +97,19 @@ class StoreServer::Impl final : public SessionHost,
     auto sessions = std::move(sessions_);
     sessions_.clear();
     for (auto& [id, s] : sessions) s->stop();
+    auto links = std::move(links_);
+    links_.clear();
+    for (auto& [id, l] : links) l->stop();
   }
 
   StoreServerStats stats() const {
     StoreServerStats s = stats_;
-    s.connections = sessions_.size();
+    s.connections = sessions_.size() - channel_ids_.size() + links_.size();
+    s.links = links_.size();
+    s.channels = channel_ids_.size();
+    s.sharing_waits = state_.sharing_waits();
+    s.accept_queues = listener_->queues();
+    s.accept_queue_length = listener_->queue_length();
     s.parked_waits = state_.parked_waits();
     s.keys = state_.num_keys();
     s.connection_bytes = connection_bytes_;
@@ -143,6 +134,7 @@ class StoreServer::Impl final : public SessionHost,
   void on_session_closed(SessionId id, bool for_limit, bool unauthenticated) override {
     state_.drop_session(id);
     pending_handshakes_.remove(id);
+    channel_ids_.erase(id);
     auto it = sessions_.find(id);
     if (it != sessions_.end()) {
       auto count = per_address_.find(it->second->address());
@@ -182,6 +174,66 @@ class StoreServer::Impl final : public SessionHost,
   void log_flood_close(FloodClose kind, const std::string& peer,
                        const std::string& reason) override {
     flood_log_.closed(kind, peer, reason);
+  }
+
+  // A connection's first bytes were a relay link's hello: it becomes a LinkSession, keeping its
+  // place in the per-address count.
+  void on_link_hello(SessionId id) override {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return;
+    std::shared_ptr<Session> session = it->second;
+    sessions_.erase(it);
+    pending_handshakes_.remove(id);  // a link is a transport: its channels authenticate
+    std::string read_so_far;
+    auto stream = std::static_pointer_cast<TcpSessionStream>(session->release_stream(&read_so_far));
+    auto link = std::make_shared<LinkSession>(*this, std::move(stream->socket()), id,
+                                              session->peer(), session->address(),
+                                              std::move(read_so_far), options_.max_unsent_bytes);
+    links_.emplace(id, link);
+    ++stats_.links_opened;
+    link->start();
+  }
+
+  // LinkHost
+  bool open_channel(LinkSession& link, std::shared_ptr<ChannelStream> stream) override {
+    // A channel is judged as a connection from the link's address (docs/RELAY.md §3).
+    const std::string& address = link.address();
+    bool must_authenticate = !options_.auth_token.empty();
+    for (const auto& net : options_.allow_unauthenticated)
+      if (must_authenticate && net.contains(address)) must_authenticate = false;
+    if (sessions_.size() >= options_.max_connections &&
+        !make_room(must_authenticate ? pending_handshakes_.oldest() : std::nullopt,
+                   "--max-connections")) {
+      note_refusal("refusing a connection through the relay link from " + link.peer() + ": " +
+                   std::to_string(sessions_.size()) + " open reaches --max-connections (" +
+                   std::to_string(options_.max_connections) + ")");
+      return false;
+    }
+    const size_t per_address_limit = options_.max_connections_per_address;
+    if (per_address_limit > 0 && per_address_[address] >= per_address_limit &&
+        !make_room(must_authenticate ? pending_handshakes_.oldest(address) : std::nullopt,
+                   "--max-connections-per-address")) {
+      note_refusal("refusing a connection through the relay link from " + link.peer() + ": " +
+                   address + " holds " + std::to_string(per_address_[address]) +
+                   " (--max-connections-per-address)");
+      return false;
+    }
+    SessionId id = next_id_++;
+    std::string peer = link.peer() + "#" + std::to_string(stream->channel());
+    auto session = std::make_shared<Session>(*this, std::move(stream), id, std::move(peer), address,
+                                             must_authenticate, /*may_be_link=*/false, link.id());
+    sessions_.emplace(id, session);
+    channel_ids_.insert(id);
+    ++per_address_[address];
+    if (must_authenticate) pending_handshakes_.add(id, address);
+    ++stats_.channels_opened;
+    session->start();
+    return true;
+  }
+  void on_link_closed(LinkSession& link) override {
+    auto count = per_address_.find(link.address());
+    if (count != per_address_.end() && --count->second == 0) per_address_.erase(count);
+    links_.erase(link.id());
   }
 
   // StoreListener
@@ -332,37 +384,23 @@ class StoreServer::Impl final : public SessionHost,
 
   // Turns away a connection at a limit, with a line a second at most about it.
   void refuse(tcp::socket socket, const std::string& why) {
+    note_refusal(why);
+    std::error_code ignored;
+    socket.close(ignored);
+  }
+  void note_refusal(const std::string& why) {
     ++stats_.refused;
     auto now = std::chrono::steady_clock::now();
     if (now - last_refusal_log_ > std::chrono::seconds(1)) {
       log_->warn("{}; {} refused so far", why, stats_.refused);
       last_refusal_log_ = now;
     }
-    std::error_code ignored;
-    socket.close(ignored);
-    do_accept();
   }
 
-  void do_accept() {
-    acceptor_.async_accept([self = shared_from_this()](std::error_code ec, tcp::socket socket) {
-      self->on_accept(ec, std::move(socket));
-    });
-  }
-
-  void on_accept(std::error_code ec, tcp::socket socket) {
+  void on_accept(tcp::socket socket) {
     if (stopped_) return;
-    if (ec) {
-      if (ec == asio::error::operation_aborted) return;
-      // Out of descriptors: accepting again at once would spin; retry shortly.
-      log_->warn("accept failed: {}; retrying in 50 ms", ec.message());
-      retry_timer_.expires_after(std::chrono::milliseconds(50));
-      retry_timer_.async_wait([self = shared_from_this()](std::error_code e) {
-        if (!e && !self->stopped_) self->do_accept();
-      });
-      return;
-    }
     ++stats_.accepted;
-    ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);  // as the acceptor's (constructor)
+    ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);  // as the listener's (listener.cc)
     std::error_code ignored;
     std::string peer, peer_addr;
     auto ep = socket.remote_endpoint(ignored);
@@ -395,20 +433,19 @@ class StoreServer::Impl final : public SessionHost,
     socket.set_option(tcp::no_delay(true), ignored);
     SessionId id = next_id_++;
     auto session = std::make_shared<Session>(
-        *this, std::move(socket), id, peer.empty() ? "?" : peer, peer_addr, must_authenticate);
+        *this, std::make_shared<TcpSessionStream>(std::move(socket)), id, peer.empty() ? "?" : peer,
+        peer_addr, must_authenticate, /*may_be_link=*/true);
     sessions_.emplace(id, session);
     ++per_address_[peer_addr];
     if (must_authenticate) pending_handshakes_.add(id, peer_addr);
     session->start();
-    do_accept();
   }
 
   asio::io_context& io_;
   StoreServerOptions options_;
   std::shared_ptr<spdlog::logger> log_;
   StoreState state_;
-  tcp::acceptor acceptor_;
-  asio::steady_timer retry_timer_;
+  std::unique_ptr<Listener> listener_;
   asio::steady_timer journal_timer_;
   std::unique_ptr<StoreLog> journal_;               // with --data-dir
   asio::posix::stream_descriptor compaction_wait_;  // the running compaction's pipe
@@ -418,8 +455,10 @@ class StoreServer::Impl final : public SessionHost,
   uint16_t port_ = 0;
   bool stopped_ = false;
   SessionId next_id_ = 1;
-  std::unordered_map<SessionId, std::shared_ptr<Session>> sessions_;
-  std::unordered_map<std::string, size_t> per_address_;         // open sessions by client address
+  std::unordered_map<SessionId, std::shared_ptr<Session>> sessions_;  // channels included
+  std::unordered_map<SessionId, std::shared_ptr<LinkSession>> links_;
+  std::unordered_set<SessionId> channel_ids_;            // the sessions that are relay channels
+  std::unordered_map<std::string, size_t> per_address_;  // open sessions by client address
   std::unordered_map<std::string, size_t> spoken_per_address_;  // of which have spoken
   PendingHandshakes pending_handshakes_;  // of which must authenticate and have not
   StoreServerStats stats_;

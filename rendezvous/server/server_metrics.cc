@@ -71,6 +71,14 @@ std::string render_server_metrics(const ServerMetricsView& v) {
 
   out.family("cohortd_parked_waits", "gauge", "WAIT and BARRIER requests parked now");
   out.sample("cohortd_parked_waits", {}, n(s.parked_waits));
+  out.family("cohortd_shared_waits", "gauge",
+             "WAITs of relayed workers sharing one parked wait (docs/RELAY.md)");
+  out.sample("cohortd_shared_waits", {}, n(s.sharing_waits));
+  out.family("cohortd_relay_links", "gauge", "Relay links open now (one per relaying node)");
+  out.sample("cohortd_relay_links", {}, n(s.links));
+  out.family("cohortd_relay_channels", "gauge",
+             "Workers' connections carried by relay links now (also in cohortd_connections)");
+  out.sample("cohortd_relay_channels", {}, n(s.channels));
   out.family("cohortd_keys", "gauge", "Keys in the store (queues not counted)");
   out.sample("cohortd_keys", {}, n(s.keys));
   out.family("cohortd_stored_bytes", "gauge", "Bytes of the store's keys and values");

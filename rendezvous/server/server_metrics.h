@@ -13,6 +13,7 @@
 //   cohortd_auth_failures_total{reason}             no_token, wrong_token
 //   cohortd_parked_waits, cohortd_keys, cohortd_stored_bytes (keys and values),
 //   cohortd_queued_bytes (queued items), cohortd_max_memory_bytes (--max-memory, 0: none)
+//   cohortd_shared_waits, cohortd_relay_links, cohortd_relay_channels (docs/RELAY.md)
 //   with --data-dir: cohortd_log_bytes, cohortd_log_written_bytes_total,
 //   cohortd_log_compactions_total, cohortd_log_fsync_lag_seconds, cohortd_log_replayed_records
 #pragma once

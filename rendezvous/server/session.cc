@@ -3,23 +3,27 @@
 #include <spdlog/spdlog.h>
 
 #include <asio/post.hpp>
-#include <asio/write.hpp>
+
+#include "cohort/rdzv/relay_wire.h"
 
 namespace cohort::rdzv {
 
-Session::Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, std::string peer,
-                 std::string address, bool must_authenticate)
+Session::Session(SessionHost& host, std::shared_ptr<SessionStream> stream, SessionId id,
+                 std::string peer, std::string address, bool must_authenticate, bool may_be_link,
+                 uint64_t wait_scope)
     : host_(host),
-      socket_(std::move(socket)),
-      partial_timer_(socket_.get_executor()),
-      handshake_timer_(socket_.get_executor()),
-      idle_timer_(socket_.get_executor()),
+      stream_(std::move(stream)),
+      executor_(stream_->executor()),
+      partial_timer_(executor_),
+      handshake_timer_(executor_),
+      idle_timer_(executor_),
       last_read_(std::chrono::steady_clock::now()),
       id_(id),
       peer_(std::move(peer)),
       address_(std::move(address)),
       must_authenticate_(must_authenticate),
-      handler_(host.state(), host.options(), id, must_authenticate, host.counters()) {}
+      may_be_link_(may_be_link),
+      handler_(host.state(), host.options(), id, must_authenticate, host.counters(), wait_scope) {}
 
 void Session::start() {
   // Whoever must authenticate has --handshake-timeout for the handshake; whoever need not,
@@ -51,6 +55,14 @@ void Session::start() {
     });
   }
   if (o.idle_timeout.count() > 0) arm_idle_timer(o.idle_timeout);
+  // A relay that passes replies on may let held requests run and reads resume.
+  stream_->on_acknowledged([weak = weak_from_this()] {
+    auto self = weak.lock();
+    if (!self || self->closed_) return;
+    self->account();
+    if (self->handler_.has_input() && !self->handler_.waiting()) self->process();
+    self->do_read();
+  });
   do_read();
 }
 
@@ -83,8 +95,19 @@ void Session::stop() {
   partial_timer_.cancel();
   handshake_timer_.cancel();
   idle_timer_.cancel();
-  std::error_code ignored;
-  socket_.close(ignored);
+  stream_->close(/*graceful=*/false);
+}
+
+std::shared_ptr<SessionStream> Session::release_stream(std::string* read_so_far) {
+  const auto bytes = handler_.buffered();
+  read_so_far->assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  closed_ = true;
+  host_.charge(-static_cast<int64_t>(accounted_));
+  accounted_ = 0;
+  partial_timer_.cancel();
+  handshake_timer_.cancel();
+  idle_timer_.cancel();
+  return std::move(stream_);
 }
 
 void Session::watch_partial_request() {
@@ -120,7 +143,7 @@ bool Session::backlogged() const {
 
 void Session::account() {
   if (closed_) return;
-  handler_.set_unsent_elsewhere(writing_bytes_);
+  handler_.set_unsent_elsewhere(writing_bytes_ + stream_->unacknowledged());
   const size_t now = footprint();
   if (now == accounted_) return;
   const int64_t delta = static_cast<int64_t>(now) - static_cast<int64_t>(accounted_);
@@ -140,9 +163,8 @@ void Session::do_read() {
   if (closed_ || read_in_flight_ || backlogged()) return;
   std::span<uint8_t> space = handler_.read_space();
   read_in_flight_ = true;
-  socket_.async_read_some(
-      asio::buffer(space.data(), space.size()),
-      [self = shared_from_this()](std::error_code ec, size_t n) { self->on_read(ec, n); });
+  stream_->async_read_some(
+      space, [self = shared_from_this()](std::error_code ec, size_t n) { self->on_read(ec, n); });
 }
 
 void Session::on_read(std::error_code ec, size_t n) {
@@ -160,6 +182,14 @@ void Session::on_read(std::error_code ec, size_t n) {
   last_read_ = now;
   handler_.read_at(now);
   handler_.commit(n);
+  if (may_be_link_) {
+    // A relay link says so in its first byte, which no TCPStore dialect starts with.
+    may_be_link_ = false;
+    if (handler_.buffered()[0] == link::kLinkOpcode) {
+      host_.on_link_hello(id_);
+      return;
+    }
+  }
   process();
   do_read();
 }
@@ -183,7 +213,7 @@ void Session::process() {
   // other connections' events.
   if (handler_.yielded() && !process_posted_) {
     process_posted_ = true;
-    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    asio::post(executor_, [self = shared_from_this()] {
       self->process();
       self->do_read();
     });
@@ -199,7 +229,7 @@ void Session::wake() {
   // write that woke us.
   if (more && !process_posted_) {
     process_posted_ = true;
-    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    asio::post(executor_, [self = shared_from_this()] {
       self->process();
       self->do_read();
     });
@@ -218,8 +248,7 @@ void Session::deliver(const WatchEvent& event) {
     handler_.output().clear();  // never sent now: give the memory back at once
     account();
     host_.count_memory_close();
-    asio::post(socket_.get_executor(),
-               [self = shared_from_this(), reason] { self->close(reason, true); });
+    asio::post(executor_, [self = shared_from_this(), reason] { self->close(reason, true); });
     return;
   }
   handler_.deliver(event);
@@ -228,7 +257,7 @@ void Session::deliver(const WatchEvent& event) {
   // handler has yet to put after the notification.
   if (!flush_posted_) {
     flush_posted_ = true;
-    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    asio::post(executor_, [self = shared_from_this()] {
       self->flush_posted_ = false;
       self->flush();
       self->account();
@@ -243,26 +272,25 @@ void Session::flush() {
   out.take(&writing_);
   for (const auto& piece : writing_) writing_buffers_.push_back(asio::buffer(piece.view()));
   write_in_flight_ = true;
-  asio::async_write(socket_, writing_buffers_,
-                    [self = shared_from_this()](std::error_code ec, size_t) {
-                      self->write_in_flight_ = false;
-                      // The pieces go, buffers and all: a thousand idle clients that once read
-                      // a large value hold nothing of it.
-                      self->writing_.clear();
-                      self->writing_buffers_.clear();
-                      self->writing_bytes_ = 0;
-                      self->account();
-                      if (self->closed_) return;
-                      if (ec) {
-                        self->close({}, false);
-                        return;
-                      }
-                      self->flush();
-                      self->account();
-                      // Output drained: buffered requests and reads may resume.
-                      if (self->handler_.has_input() && !self->handler_.waiting()) self->process();
-                      self->do_read();
-                    });
+  stream_->async_write(writing_buffers_, [self = shared_from_this()](std::error_code ec, size_t) {
+    self->write_in_flight_ = false;
+    // The pieces go, buffers and all: a thousand idle clients that once read
+    // a large value hold nothing of it.
+    self->writing_.clear();
+    self->writing_buffers_.clear();
+    self->writing_bytes_ = 0;
+    self->account();
+    if (self->closed_) return;
+    if (ec) {
+      self->close({}, false);
+      return;
+    }
+    self->flush();
+    self->account();
+    // Output drained: buffered requests and reads may resume.
+    if (self->handler_.has_input() && !self->handler_.waiting()) self->process();
+    self->do_read();
+  });
 }
 
 void Session::close(const std::string& reason, bool for_limit, bool unauthenticated) {
@@ -283,9 +311,7 @@ void Session::close(const std::string& reason, bool for_limit, bool unauthentica
   partial_timer_.cancel();
   handshake_timer_.cancel();
   idle_timer_.cancel();
-  std::error_code ignored;
-  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
+  stream_->close(/*graceful=*/true);
   host_.on_session_closed(id_, for_limit, unauthenticated);
 }
 

@@ -1,6 +1,7 @@
-// Session: one client connection of the store server: a socket around a ProtocolHandler.
+// Session: one client connection of the store server: a stream (a socket, or a channel of a
+// node's relay link) around a ProtocolHandler.
 //
-// Owns its socket and a write queue with at most one write in flight (Asio's chat example), sent
+// Owns its stream and a write queue with at most one write in flight (Asio's chat example), sent
 // as a sequence of buffers: a large value's reply is sent from the store's own buffer, never copied
 // (output_queue.h). The protocol itself (decoding, dialects, parked waits, limits) is the
 // handler's.
@@ -8,7 +9,6 @@
 // Thread safety: loop thread only. Keeps itself alive through shared_from_this in its handlers.
 #pragma once
 
-#include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
 #include <chrono>
 #include <memory>
@@ -18,6 +18,7 @@
 #include "cohort/rdzv/server_options.h"
 #include "server/flood_log.h"
 #include "server/protocol_handler.h"
+#include "server/session_stream.h"
 #include "server/store_state.h"
 
 namespace spdlog {
@@ -53,16 +54,24 @@ class SessionHost {
   virtual bool address_has_spoken(const std::string& address) const = 0;
   // Session `id` from `address` has just spoken for the first time (see Session::spoke()).
   virtual void on_session_spoke(SessionId id, const std::string& address) = 0;
+  // A TCP session's first bytes are a relay link's hello (relay_wire.h): the host takes its
+  // stream and the bytes read so far, and the session is gone without a close.
+  virtual void on_link_hello(SessionId id) = 0;
 };
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
   // `host` must outlive every session.
-  Session(SessionHost& host, asio::ip::tcp::socket socket, SessionId id, std::string peer,
-          std::string address, bool must_authenticate);
+  // `may_be_link`: a TCP connection, whose first bytes may open a relay link instead.
+  // `wait_scope`: WAITs of sessions with the same non-zero scope (a relay link's channels) may
+  // share one parked wait (StoreState::wait).
+  Session(SessionHost& host, std::shared_ptr<SessionStream> stream, SessionId id, std::string peer,
+          std::string address, bool must_authenticate, bool may_be_link = false,
+          uint64_t wait_scope = 0);
 
-  // The client's address, without the port ("" when unknown).
+  // The client's address, without the port ("" when unknown), and with it ("?" when unknown).
   const std::string& address() const { return address_; }
+  const std::string& peer() const { return peer_; }
   // Whether the client has completed the token handshake (where one is required) or else a
   // request.
   bool spoke() const { return spoke_; }
@@ -72,6 +81,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void start();
   // Closes the connection without a log line (server shutdown).
   void stop();
+  // After on_link_hello(): hands over the stream and the bytes read so far, and ends the session
+  // without closing the stream or telling the host.
+  std::shared_ptr<SessionStream> release_stream(std::string* read_so_far);
   // The parked WAIT is satisfied: send STOP_WAITING and resume buffered requests.
   void wake();
   // Sends unsolicited bytes (a 1.13 watch notification). Bytes that would take the connection
@@ -79,8 +91,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // (this runs inside another client's write, while the state notifies).
   void deliver(const WatchEvent& event);
 
-  // Replies and notifications not yet sent, plus requests read and not yet executed.
-  size_t footprint() const { return unsent() + handler_.buffered_input(); }
+  // Replies and notifications not yet sent, plus requests read and not yet executed: the memory
+  // this session holds.
+  size_t footprint() const {
+    return handler_.output().size() + writing_bytes_ + handler_.buffered_input();
+  }
   // Closes the connection with a log line naming the peer and `reason`, counted as closed for a
   // limit. Call from a handler of its own (not while the state runs a request).
   void close_for_memory(const std::string& reason);
@@ -95,7 +110,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void flush();
   void close(const std::string& reason, bool for_limit, bool unauthenticated = false);
   bool backlogged() const;
-  size_t unsent() const { return handler_.output().size() + writing_bytes_; }
+  // Replies not yet delivered: queued, being written, or written to a relay that has not yet
+  // passed them on (SessionStream::unacknowledged()).
+  size_t unsent() const {
+    return handler_.output().size() + writing_bytes_ + stream_->unacknowledged();
+  }
   // Tells the host how footprint() changed since last time, and the handler what is in flight.
   void account();
   // Arms the --request-timeout timer while half a request is buffered, disarms it otherwise.
@@ -104,7 +123,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void arm_idle_timer(std::chrono::steady_clock::duration after);
 
   SessionHost& host_;
-  asio::ip::tcp::socket socket_;
+  std::shared_ptr<SessionStream> stream_;
+  asio::any_io_executor executor_;
   asio::steady_timer partial_timer_;
   asio::steady_timer handshake_timer_;  // --handshake-timeout or --first-request-timeout
   asio::steady_timer idle_timer_;
@@ -114,6 +134,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const std::string peer_;
   const std::string address_;
   const bool must_authenticate_;
+  bool may_be_link_;
   ProtocolHandler handler_;
   // The write in flight: its pieces (kept alive until it completes), their buffers, their bytes.
   std::vector<OutputQueue::Piece> writing_;

@@ -177,7 +177,24 @@ void StoreState::restore_append(std::string_view key, std::string_view suffix) {
   }
 }
 
-StoreState::WaitResult StoreState::wait(SessionId session, std::span<const std::string_view> keys) {
+std::string StoreState::share_key(uint64_t scope, std::string_view key) {
+  std::string out(reinterpret_cast<const char*>(&scope), sizeof(scope));
+  out.append(key);
+  return out;
+}
+
+StoreState::WaitResult StoreState::wait(SessionId session, std::span<const std::string_view> keys,
+                                        uint64_t share_scope) {
+  const bool shareable = share_scope != 0 && keys.size() == 1;
+  std::string scope_key;
+  if (shareable) {
+    scope_key = share_key(share_scope, keys[0]);
+    if (auto it = shared_by_key_.find(scope_key); it != shared_by_key_.end()) {
+      shared_[it->second].members.push_back(session);
+      share_of_.emplace(session, it->second);
+      return WaitResult::kParked;
+    }
+  }
   PendingWait w{next_wait_seq_++, 0, {}};
   for (std::string_view k : keys) {
     if (exists(k)) continue;
@@ -187,13 +204,30 @@ StoreState::WaitResult StoreState::wait(SessionId session, std::span<const std::
   if (max_waiters_ != 0 && waits_.size() >= max_waiters_) return WaitResult::kTooManyWaiters;
   // A key listed twice is registered twice and counted twice, as PyTorch does.
   w.remaining = w.keys.size();
+  SessionId parked = session;
+  if (shareable) {
+    parked = next_shared_++;
+    shared_by_key_.emplace(scope_key, parked);
+    shared_.emplace(parked, SharedWait{std::move(scope_key), {session}});
+    share_of_.emplace(session, parked);
+  }
   for (const auto& k : w.keys) {
     auto it = waiters_by_key_.find(k);
     if (it == waiters_by_key_.end()) it = waiters_by_key_.emplace(k, KeyWaiters{}).first;
-    it->second.list.emplace_back(session, w.seq);
+    it->second.list.emplace_back(parked, w.seq);
   }
-  waits_.insert_or_assign(session, std::move(w));
+  waits_.insert_or_assign(parked, std::move(w));
   return WaitResult::kParked;
+}
+
+std::vector<SessionId> StoreState::dissolve(SessionId id) {
+  auto it = shared_.find(id);
+  if (it == shared_.end()) return {};
+  std::vector<SessionId> members = std::move(it->second.members);
+  shared_by_key_.erase(it->second.scope_key);
+  shared_.erase(it);
+  for (SessionId m : members) share_of_.erase(m);
+  return members;
 }
 
 StoreState::WaitResult StoreState::barrier(SessionId session, std::string_view key,
@@ -248,6 +282,15 @@ void StoreState::unregister(SessionId session, const PendingWait& w) {
 }
 
 bool StoreState::cancel_wait(SessionId session) {
+  if (auto share = share_of_.find(session); share != share_of_.end()) {
+    const SessionId id = share->second;
+    share_of_.erase(share);
+    auto& members = shared_.at(id).members;
+    std::erase(members, session);
+    if (!members.empty()) return true;
+    dissolve(id);
+    session = id;  // the last member out cancels the shared wait itself
+  }
   auto it = waits_.find(session);
   if (it == waits_.end()) return false;
   PendingWait w = std::move(it->second);
@@ -272,9 +315,26 @@ void StoreState::wake(std::string_view key, bool only_one) {
       list[kept++] = list[i];
       continue;
     }
+    if (only_one && (session & kSharedBit) != 0) {
+      // A queue push feeds one pop: one member goes, the others stay parked on the key.
+      auto& members = shared_.at(session).members;
+      if (members.size() > 1) {
+        const SessionId first = members.front();
+        members.erase(members.begin());
+        share_of_.erase(first);
+        satisfied.push_back(first);
+        list[kept++] = list[i];
+        ++i;
+        break;
+      }
+    }
     if (--wi->second.remaining == 0) {
       waits_.erase(wi);
-      satisfied.push_back(session);
+      if ((session & kSharedBit) != 0) {
+        for (SessionId member : dissolve(session)) satisfied.push_back(member);
+      } else {
+        satisfied.push_back(session);
+      }
     }
     if (only_one) {
       ++i;

@@ -77,8 +77,14 @@ class StoreState {
 
   enum class WaitResult { kReady, kParked, kTooManyWaiters, kNotACounter };
   // REQUIRES: `session` has no wait parked (a session waits for one thing at a time).
-  WaitResult wait(SessionId session, std::span<const std::string_view> keys);
-  // Forgets the parked wait of `session`; true iff there was one.
+  // `share_scope` non-zero (the channels of one relay link, docs/RELAY.md §2): a one-key wait
+  // joins the parked wait of another session with the same scope on the same key, and they are
+  // woken together. Exact: a wait parked on a key has seen no write of it since, so the key is
+  // still missing and a wait of its own would park on just that key. A QUEUE_PUSH, which wakes
+  // one waiter, wakes one member. Joining is not one more parked wait (--max-waiters).
+  WaitResult wait(SessionId session, std::span<const std::string_view> keys,
+                  uint64_t share_scope = 0);
+  // Forgets the parked wait of `session` (its share of a shared one); true iff there was one.
   bool cancel_wait(SessionId session);
   // PyTorch 2.x's BARRIER: ADDs 1 to `key`; ready once the counter is at least `world_size`,
   // else parked until a write (another arrival, an ADD, a SET) makes it so. An arrival stays
@@ -103,7 +109,10 @@ class StoreState {
   // A session went away: drop its wait and watches.
   void drop_session(SessionId session);
 
+  // Parked waits; a shared wait counts once.
   size_t parked_waits() const { return waits_.size(); }
+  // Sessions whose wait is a share of another's (see wait()).
+  size_t sharing_waits() const { return share_of_.size(); }
 
   // Visits every key and value (for snapshots).
   void for_each(const std::function<void(const std::string&, const std::string&)>& fn) const;
@@ -191,6 +200,15 @@ class StoreState {
     uint8_t type = 0;
     std::string key, old_value, new_value;
   };
+  // A shared wait (wait()'s share_scope) is parked under an id of its own, with this bit set.
+  static constexpr SessionId kSharedBit = SessionId{1} << 63;
+  struct SharedWait {
+    std::string scope_key;           // share_key() of its scope and key
+    std::vector<SessionId> members;  // arrival order
+  };
+  static std::string share_key(uint64_t scope, std::string_view key);
+  // Removes shared wait `id` from the indexes; returns its members.
+  std::vector<SessionId> dissolve(SessionId id);
   void emit_wake(SessionId s);
   void emit_watch(SessionId s, const WatchEvent& event);
   // Ends one hold; the outermost tells the listener what was held, in order.
@@ -216,6 +234,10 @@ class StoreState {
   StringMap<std::vector<SessionId>> watchers_by_key_;
   std::unordered_map<SessionId, std::vector<std::string>> watched_keys_;
   uint64_t next_wait_seq_ = 1;
+  std::unordered_map<SessionId, SharedWait> shared_;   // by its kSharedBit id
+  StringMap<SessionId> shared_by_key_;                 // share_key() -> its id
+  std::unordered_map<SessionId, SessionId> share_of_;  // member session -> shared wait
+  SessionId next_shared_ = kSharedBit | 1;
   Journal* journal_ = nullptr;
   struct CachedReply {
     uint64_t request;

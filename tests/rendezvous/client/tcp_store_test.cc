@@ -1,4 +1,6 @@
-// cohort::TcpStore against cohortd's server, in both dialects.
+// cohort::TcpStore against cohortd's server, in both dialects. tests/rendezvous/relay/ compiles
+// this file again with COHORT_TCP_STORE_TEST_VIA_RELAY: every TcpStoreTest then runs with its
+// clients behind a node's store relay (cohort/rdzv/relay.h), and must pass unchanged.
 #include "cohort/rdzv/tcp_store.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +14,9 @@
 
 #include "cohort/rdzv/prefix_store.h"
 #include "cohort/rdzv/server.h"
+#ifdef COHORT_TCP_STORE_TEST_VIA_RELAY
+#include "cohort/rdzv/relay.h"
+#endif
 
 namespace cohort {
 namespace {
@@ -20,7 +25,22 @@ using namespace std::chrono_literals;
 
 class TcpStoreTest : public ::testing::TestWithParam<StoreDialect> {
  protected:
-  TcpStoreTest() : server_(options()) {}
+  TcpStoreTest() : server_(options()) {
+#ifdef COHORT_TCP_STORE_TEST_VIA_RELAY
+    rdzv::StoreRelayOptions r;
+    r.store_host = "127.0.0.1";
+    r.store_port = server_.port();
+    relay_ = std::make_unique<rdzv::StoreRelayThread>(r);
+#endif
+  }
+  // Where the clients connect: the server, or the relay in front of it.
+  int port() const {
+#ifdef COHORT_TCP_STORE_TEST_VIA_RELAY
+    return relay_->port();
+#else
+    return server_.port();
+#endif
+  }
   static rdzv::StoreServerOptions options() {
     rdzv::StoreServerOptions o;
     o.host = "127.0.0.1";
@@ -29,13 +49,16 @@ class TcpStoreTest : public ::testing::TestWithParam<StoreDialect> {
   }
   std::unique_ptr<TcpStore> client(std::chrono::milliseconds timeout = 5s) {
     TcpStoreOptions o;
-    o.port = server_.port();
+    o.port = port();
     o.dialect = GetParam();
     o.timeout = timeout;
     o.connect_timeout = 5s;
     return std::make_unique<TcpStore>(o);
   }
   rdzv::StoreServerThread server_;
+#ifdef COHORT_TCP_STORE_TEST_VIA_RELAY
+  std::unique_ptr<rdzv::StoreRelayThread> relay_;
+#endif
 };
 
 TEST_P(TcpStoreTest, SetGetAddCompareSet) {
@@ -165,6 +188,7 @@ INSTANTIATE_TEST_SUITE_P(BothDialects, TcpStoreTest,
                            return info.param == StoreDialect::kCurrent ? "Current" : "Torch113";
                          });
 
+#ifndef COHORT_TCP_STORE_TEST_VIA_RELAY  // the rest involves no relay: run once
 TEST(TcpStoreConnect, RetriesUntilTheServerAppears) {
   // Reserve a free port, release it, start the server there only after the client began.
   int port;
@@ -255,9 +279,12 @@ TEST(TcpStoreConnect, GivesUpAtTheDeadlineNamingTheAddress) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
 }
 
+#endif  // COHORT_TCP_STORE_TEST_VIA_RELAY
+
 }  // namespace
 }  // namespace cohort
 
+#ifndef COHORT_TCP_STORE_TEST_VIA_RELAY
 namespace cohort {
 namespace {
 
@@ -283,3 +310,4 @@ TEST(TcpStoreInterrupt, WakesABlockedWaitAndTheStoreStaysUsable) {
 
 }  // namespace
 }  // namespace cohort
+#endif

@@ -15,9 +15,11 @@
 
 #include "../hex.h"
 #include "../raw_client.h"
+#include "cohort/error.h"
 #include "cohort/rdzv/auth.h"
 #include "cohort/rdzv/cohortd.h"
 #include "cohort/rdzv/tcp_store.h"
+#include "server/listener.h"
 
 namespace cohort::rdzv {
 namespace {
@@ -561,6 +563,41 @@ TEST(StoreServer, BindFailureNamesTheAddress) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(StoreServer, APortHeldByOneSocketIsRefusedToSeveralAndTheReverse) {
+  // Several accept queues are SO_REUSEPORT sockets; the port is first bound without it, so a
+  // port in use is refused however many queues either side has.
+  for (auto [first_queues, second_queues] : {std::pair{1, 4}, std::pair{4, 1}, std::pair{4, 4}}) {
+    StoreServerOptions o = local();
+    o.accept_queues = first_queues;
+    StoreServerThread first(o);
+    o.port = first.port();
+    o.accept_queues = second_queues;
+    EXPECT_THROW(StoreServerThread second(o), cohort::Error)
+        << first_queues << " then " << second_queues;
+  }
+}
+
+TEST(StoreServer, SeveralAcceptQueuesServeOnePort) {
+  StoreServerOptions o = local();
+  o.accept_queues = 4;
+  StoreServerThread server(o);
+  EXPECT_EQ(server.stats().accept_queues, 4);
+  std::vector<RawClient> clients;
+  for (int i = 0; i < 64; ++i) clients.emplace_back(server.port());  // the kernel spreads them
+  for (auto& c : clients) c.send(unhex("03") + S("/n") + unhex("0100000000000000"));
+  for (auto& c : clients) ASSERT_TRUE(c.read(8));
+  EXPECT_EQ(server.stats().connections, 64u);
+}
+
+TEST(StoreServer, DefaultAcceptQueuesHoldAboutThirtyTwoThousandConnections) {
+  StoreServerThread server(local());
+  const StoreServerStats s = server.stats();
+  EXPECT_GE(s.accept_queues, 1);
+  EXPECT_LE(s.accept_queues, 8);
+  EXPECT_EQ(s.accept_queue_length, system_somaxconn());
+  EXPECT_GE(s.accept_queues * s.accept_queue_length, std::min(32768, 8 * s.accept_queue_length));
 }
 
 }  // namespace

@@ -359,5 +359,88 @@ TEST(StoreStateDurability, WaitersAndWatchersHearOfAChangeOnlyAfterItIsLogged) {
                                                  "logged batch", "notified 1", "woke 2"}));
 }
 
+// ---- shared waits (a relay link's channels, docs/RELAY.md §2) -------------------------------
+
+class SharedWaitTest : public StoreStateTest {};
+
+TEST_F(SharedWaitTest, OneKeyWaitsOfOneScopeShareOneParkedWaitAndAreWokenTogether) {
+  const Keys go{"go"};
+  EXPECT_EQ(st.wait(1, go, /*share_scope=*/7), StoreState::WaitResult::kParked);
+  EXPECT_EQ(st.wait(2, go, 7), StoreState::WaitResult::kParked);
+  EXPECT_EQ(st.wait(3, go, 7), StoreState::WaitResult::kParked);
+  EXPECT_EQ(st.parked_waits(), 1u);
+  EXPECT_EQ(st.sharing_waits(), 3u);
+  st.set("go", "1");
+  EXPECT_EQ(rec.woken, (std::vector<SessionId>{1, 2, 3}));
+  EXPECT_EQ(st.parked_waits(), 0u);
+  EXPECT_EQ(st.sharing_waits(), 0u);
+}
+
+TEST_F(SharedWaitTest, OtherScopesKeysAndMultiKeyWaitsAreNotShared) {
+  EXPECT_EQ(st.wait(1, Keys{"go"}, 7), StoreState::WaitResult::kParked);
+  EXPECT_EQ(st.wait(2, Keys{"go"}, 8), StoreState::WaitResult::kParked);  // another link
+  EXPECT_EQ(st.wait(3, Keys{"go"}, 0), StoreState::WaitResult::kParked);  // a direct client
+  EXPECT_EQ(st.wait(4, Keys{"other"}, 7), StoreState::WaitResult::kParked);
+  EXPECT_EQ(st.wait(5, Keys{"go", "x"}, 7), StoreState::WaitResult::kParked);
+  EXPECT_EQ(st.parked_waits(), 5u);
+  st.set("go", "1");
+  EXPECT_EQ(rec.woken, (std::vector<SessionId>{1, 2, 3}));
+}
+
+TEST_F(SharedWaitTest, PresentKeyIsReadyWithoutParking) {
+  st.set("go", "1");
+  EXPECT_EQ(st.wait(1, Keys{"go"}, 7), StoreState::WaitResult::kReady);
+  EXPECT_EQ(st.parked_waits(), 0u);
+}
+
+TEST_F(SharedWaitTest, CancelledMemberIsNotWokenAndTheLastOneOutCancelsTheWait) {
+  st.wait(1, Keys{"go"}, 7);
+  st.wait(2, Keys{"go"}, 7);
+  EXPECT_TRUE(st.cancel_wait(1));
+  EXPECT_FALSE(st.cancel_wait(1));
+  EXPECT_EQ(st.parked_waits(), 1u);
+  st.drop_session(2);
+  EXPECT_EQ(st.parked_waits(), 0u);
+  st.set("go", "1");
+  EXPECT_TRUE(rec.woken.empty());
+  // A new wait on the key after the last member left parks afresh.
+  EXPECT_EQ(st.wait(3, Keys{"go2"}, 7), StoreState::WaitResult::kParked);
+  st.set("go2", "1");
+  EXPECT_EQ(rec.woken, (std::vector<SessionId>{3}));
+}
+
+TEST_F(SharedWaitTest, AQueuePushWakesOneMemberAndTheOthersStayParked) {
+  // A blocking QUEUE_POP is a WAIT on the queue's key: one push feeds one pop.
+  st.wait(1, Keys{"q"}, 7);
+  st.wait(2, Keys{"q"}, 7);
+  st.wait(3, Keys{"q"}, 0);
+  st.queue_push("q", "a");
+  EXPECT_EQ(rec.woken, (std::vector<SessionId>{1}));
+  st.queue_push("q", "b");
+  EXPECT_EQ(rec.woken, (std::vector<SessionId>{1, 2}));
+  st.queue_push("q", "c");
+  EXPECT_EQ(rec.woken, (std::vector<SessionId>{1, 2, 3}));
+  EXPECT_EQ(st.parked_waits(), 0u);
+  EXPECT_EQ(st.sharing_waits(), 0u);
+}
+
+TEST_F(SharedWaitTest, JoiningDoesNotCountAgainstMaxWaiters) {
+  Recorder r;
+  StoreState limited(&r, /*max_waiters=*/1);
+  EXPECT_EQ(limited.wait(1, Keys{"go"}, 7), StoreState::WaitResult::kParked);
+  EXPECT_EQ(limited.wait(2, Keys{"go"}, 7), StoreState::WaitResult::kParked);
+  EXPECT_EQ(limited.wait(3, Keys{"other"}, 7), StoreState::WaitResult::kTooManyWaiters);
+}
+
+TEST_F(SharedWaitTest, WakesAreHeldInABatchLikeOthers) {
+  st.wait(1, Keys{"go"}, 7);
+  st.wait(2, Keys{"go"}, 7);
+  st.begin_batch();
+  st.set("go", "1");
+  EXPECT_TRUE(rec.woken.empty());
+  st.end_batch();
+  EXPECT_EQ(rec.woken, (std::vector<SessionId>{1, 2}));
+}
+
 }  // namespace
 }  // namespace cohort::rdzv

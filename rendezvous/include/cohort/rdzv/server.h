@@ -23,9 +23,14 @@ class io_context;
 namespace cohort::rdzv {
 
 struct StoreServerStats {
-  size_t connections = 0;  // open now
-  uint64_t accepted = 0;   // since start
-  uint64_t refused = 0;    // closed at accept: max_connections or max_connections_per_address
+  size_t connections = 0;  // open TCP connections now (a relay link counts once)
+  size_t links = 0;        // open relay links (docs/RELAY.md)
+  size_t channels = 0;     // workers' connections carried by them
+  uint64_t links_opened = 0, channels_opened = 0;  // since start
+  size_t sharing_waits = 0;  // WAITs that share another's parked wait (a link's channels)
+  int accept_queues = 0, accept_queue_length = 0;  // listening sockets, each one's backlog
+  uint64_t accepted = 0;                           // since start
+  uint64_t refused = 0;  // closed at accept: max_connections or max_connections_per_address
   uint64_t closed_for_limit = 0;         // a limit, a malformed request, or --request-timeout
   uint64_t closed_for_memory = 0;        // --max-unsent-bytes or --connection-memory-budget (also
                                          // counted in closed_for_limit)

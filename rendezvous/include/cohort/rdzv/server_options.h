@@ -25,6 +25,9 @@ struct StoreServerOptions {
   Limits limits;                              // per request: key bytes, value bytes, keys
   uint64_t max_request_bytes = 256ull << 20;  // one whole request (MULTI_SET can be large)
   size_t max_connections = 100000;            // further connections are accepted and closed at once
+  // Listening sockets on the port (SO_REUSEPORT), each with an accept queue as long as the system
+  // allows (net.core.somaxconn); 0: enough for about 32,768 connections queued, at most 8.
+  int accept_queues = 0;
   // Open connections from one client address; more are closed at accept (0: no limit). Bounds
   // what one host can hold, descriptors included, however its connections behave.
   size_t max_connections_per_address = 4096;
