@@ -62,7 +62,12 @@ FloodResult flood(int silent, const std::string& token_file, const std::string& 
                                    "--handshake-timeout",
                                    std::to_string(kDeadline.count() / 1000.0),
                                    "--first-request-timeout",
-                                   std::to_string(kDeadline.count() / 1000.0)};
+                                   std::to_string(kDeadline.count() / 1000.0),
+                                   // One accept queue: the flood is accepted in the order it came
+                                   // (several queues are accepted in no particular order), so the
+                                   // newcomer below finds cohortd full.
+                                   "--accept-queues",
+                                   "1"};
   if (!token_file.empty()) {
     argv.push_back("--auth-token-file");
     argv.push_back(token_file);
