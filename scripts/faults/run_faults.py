@@ -1556,7 +1556,8 @@ def table_row(r):
 
 def merge_docs(rows):
     """docs/RELIABILITY.md with `rows` put in: a scenario's row and expectation replaced where the
-    file has them, else inserted where the suite's order puts them."""
+    file has them, else inserted where the suite's order puts them; those of scenarios the suite no
+    longer has are dropped."""
     path = os.path.join(ROOT, "docs", "RELIABILITY.md")
     lines = open(path).read().split("\n")
     order = [name for name, _, _ in SCENARIOS]
@@ -1567,7 +1568,8 @@ def merge_docs(rows):
         """`entries` (lines of one kind, in the file's order) with the new ones merged by name."""
         by_name = {name_of(line): line for line in entries}
         by_name.update(entries_new[kind])
-        names = sorted(by_name, key=lambda n: order.index(n) if n in order else len(order))
+        # A row of a scenario the suite no longer has (renamed or removed) goes.
+        names = sorted((n for n in by_name if n in order), key=order.index)
         return [by_name[n] for n in names]
 
     entries_new = {"row": new_rows, "why": new_why}

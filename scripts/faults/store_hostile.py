@@ -160,9 +160,10 @@ def metrics_slow_clients(ctx):
     return row(max(served) if served else None,
                f"{len(served)} of 5 scrapes answered while 200 connections sent nothing",
                "scrapes served" if ok else "no", "nothing", ok,
-               "silent connections are bounded by time, not by a count: a scraper that comes "
-               "while 200 of them are open is answered within 1 s (64 silent connections refused "
-               "every scrape for 10 s)")
+               "silent connections are bounded by their age, not by a count: at the endpoint's 64 "
+               "connections a newcomer closes the oldest, so a scraper that comes while 200 of them "
+               "were opened is answered within 1 s (64 silent connections refused every scrape for "
+               "10 s)")
 
 
 @scenario("/metrics of a 1,000,000-key cohortd", "store")
