@@ -181,8 +181,8 @@ assert "/nvidia/nccl/" in f["nccl"] and f["nccl"].endswith("libnccl.so.2"), f["n
 assert f["headers_from_bundle"] == "", f["headers_from_bundle"]
 assert r["gpu_tests_listed"] >= 15, r["gpu_tests_listed"]
 names = {s["name"]: s["ok"] for s in r["steps"]}
-for n in ("configure", "build", "programs_load", "fmnist_cpu_smoke", "gpt_cpu_smoke",
-          "gpu_test_fails_without_gpu"):
+for n in ("configure", "build", "programs_load", "scripts_check", "fmnist_cpu_smoke",
+          "gpt_cpu_smoke", "gpu_test_fails_without_gpu"):
     assert names.get(n) is True, (n, names)
 PY
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch 1.13 twin of cohort-train-gpt, for scripts/bench/train_bench (build-nanogpt's
-train_gpt2.py cut down to the same small byte-level GPT).
+"""PyTorch twin of cohort-train-gpt, for scripts/bench/train_bench (build-nanogpt's train_gpt2.py
+cut down to the same small byte-level GPT) and, with --device cuda, for scripts/gpu_check.sh.
 
 Same model (pre-LayerNorm blocks, tanh GELU MLP 4x, tied embeddings, no dropout, build-nanogpt's
 init), same data (a text file, or the fortunes package's English text; 90/10 split; bytes as
@@ -8,8 +8,17 @@ tokens), same DataLoaderLite sharding, same optimiser (AdamW lr 3e-4, betas (0.9
 decay 0.1 on matrices and embeddings only, clip 1.0, cosine schedule with warm-up), gradient
 accumulation with DDP's no_sync on all but the last micro-step, loss averaged across ranks. DDP on
 gloo. Launch with torchrun (or cohortrun), or run alone for one worker. Prints one JSON line.
+
+--device cuda (PyTorch 2.x, one GPU, one process) measures training throughput instead, as
+build-nanogpt trains on a GPU: scaled_dot_product_attention with is_causal, fused AdamW, gradient
+clipping, one micro-batch per step, for each --precisions entry (fp32: no TF32; tf32:
+allow_tf32; bf16: torch.autocast(dtype=torch.bfloat16); fp16: autocast with GradScaler) in each
+--modes entry (eager, compile: torch.compile). Every variant is built and warmed up first (that is
+when torch.compile compiles); then, when --go-file is given, it writes --ready-file and waits for
+the go file, so that the compiling can overlap other work and the timed steps run on a quiet GPU.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -31,13 +40,18 @@ class CausalSelfAttention(nn.Module):
         self.c_proj.SCALE_INIT = 1
         self.register_buffer("mask", None, persistent=False)
 
+    sdpa = False  # F.scaled_dot_product_attention (PyTorch 2.x, --device cuda)
+
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (z.view(B, T, self.nh, C // self.nh).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).tril().logical_not(), float("-inf"))
-        y = att.softmax(dim=-1) @ v
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril().logical_not()
+            y = att.masked_fill(mask, float("-inf")).softmax(dim=-1) @ v
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
@@ -88,7 +102,7 @@ class Gpt(nn.Module):
 
     def forward(self, idx, targets):
         T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for b in self.h:
             x = b(x)
         logits = self.lm_head(self.ln_f(x))
@@ -143,7 +157,16 @@ def main():
     p.add_argument("--eval-batches", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu (DDP on gloo) or cuda (throughput)")
+    p.add_argument("--precisions", default="fp32,tf32,bf16", help="--device cuda: the formats")
+    p.add_argument("--modes", default="eager,compile", help="--device cuda: eager, compile")
+    p.add_argument("--ready-file", default="", help="--device cuda: written once warmed up")
+    p.add_argument("--go-file", default="", help="--device cuda: the timed steps wait for it")
+    p.add_argument("--go-timeout", type=float, default=600)
     args = p.parse_args()
+    if args.device == "cuda":
+        cuda_throughput(args)
+        return
 
     threads = args.threads or int(os.environ.get("OMP_NUM_THREADS", "1"))
     torch.set_num_threads(threads)
@@ -220,6 +243,102 @@ def main():
                           "train_seconds": train_time}), flush=True)
     if distributed:
         dist.destroy_process_group()
+
+
+def cuda_throughput(args):
+    """Tokens per second of each (precision, mode), one JSON line."""
+    dev = torch.device("cuda")
+    CausalSelfAttention.sdpa = hasattr(F, "scaled_dot_product_attention")
+    B, T = args.batch_size, args.block_size
+    data = torch.tensor(list(load_text(args.data)), dtype=torch.long, device=dev)
+    loader = Loader(data[:int(len(data) * 0.9)], B, T, 0, 1)
+    steps = max(1, args.max_steps)
+    warmup = 3
+
+    def set_precision(precision):
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = precision == "tf32"
+
+    def autocast(precision):
+        if precision in ("bf16", "fp16"):
+            dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+            return torch.autocast("cuda", dtype=dtype)
+        return contextlib.nullcontext()
+
+    variants = []
+    for precision in [x for x in args.precisions.split(",") if x]:
+        for mode in [x for x in args.modes.split(",") if x]:
+            torch.manual_seed(args.seed)
+            raw = Gpt(256, T, args.n_layer, args.n_head, args.n_embd).to(dev)
+            decay = [q for q in raw.parameters() if q.dim() >= 2]
+            no_decay = [q for q in raw.parameters() if q.dim() < 2]
+            groups = [{"params": decay, "weight_decay": 0.1},
+                      {"params": no_decay, "weight_decay": 0.0}]
+            try:
+                opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+            except (TypeError, RuntimeError):
+                opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+            run = torch.compile(raw) if mode == "compile" else raw
+            scaler = None
+            if precision == "fp16":
+                scaler = (torch.amp.GradScaler("cuda") if hasattr(torch.amp, "GradScaler")
+                          else torch.cuda.amp.GradScaler())
+            variants.append({"precision": precision, "mode": mode, "raw": raw, "run": run,
+                             "opt": opt, "scaler": scaler})
+
+    def step(v):
+        x, y = loader.next()
+        v["opt"].zero_grad(set_to_none=True)
+        with autocast(v["precision"]):
+            loss = v["run"](x, y)
+        if v["scaler"]:
+            v["scaler"].scale(loss).backward()
+            v["scaler"].unscale_(v["opt"])
+        else:
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(v["raw"].parameters(), 1.0)
+        if v["scaler"]:
+            v["scaler"].step(v["opt"])
+            v["scaler"].update()
+        else:
+            v["opt"].step()
+        return loss
+
+    # Build and warm up everything (torch.compile compiles in its first steps).
+    for v in variants:
+        set_precision(v["precision"])
+        t0 = time.perf_counter()
+        for _ in range(warmup):
+            step(v)
+        torch.cuda.synchronize()
+        v["warmup_seconds"] = time.perf_counter() - t0
+    if args.go_file:
+        with open(args.ready_file or args.go_file + ".ready", "w") as f:
+            f.write("ready\n")
+        deadline = time.monotonic() + args.go_timeout
+        while not os.path.exists(args.go_file):
+            if time.monotonic() > deadline:
+                print(json.dumps({"impl": "pytorch", "error": "no go file in time"}), flush=True)
+                return
+            time.sleep(0.05)
+    results = {}
+    for v in variants:
+        set_precision(v["precision"])
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            loss = step(v)
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        results.setdefault(v["precision"], {})[v["mode"]] = {
+            "tokens_per_s": round(steps * B * T / dt), "loss": round(loss.item(), 4),
+            "warmup_seconds": round(v["warmup_seconds"], 1)}
+    print(json.dumps({"impl": "pytorch", "model": "gpt", "device": torch.cuda.get_device_name(),
+                      "torch": torch.__version__,
+                      "attention": "sdpa" if CausalSelfAttention.sdpa else "manual",
+                      "config": {"n_layer": args.n_layer, "n_head": args.n_head,
+                                 "n_embd": args.n_embd, "block_size": T, "batch_size": B},
+                      "steps": steps, "variants": results}), flush=True)
 
 
 if __name__ == "__main__":
