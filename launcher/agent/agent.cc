@@ -23,7 +23,7 @@ std::vector<Action> Agent::on_rendezvous_done(const RankAssignment& assignment) 
   outcome_.reset();
   stop_reason_ = StopReason::kNone;
   phase_ = Phase::kRunning;
-  out.push_back(action::StartWorkers{assignment, std::move(previous)});
+  out.emplace_back(action::StartWorkers{assignment, std::move(previous)});
   return out;
 }
 
@@ -45,7 +45,7 @@ void Agent::begin_stop(StopReason reason, int sig, std::vector<Action>* out) {
   phase_ = Phase::kStopping;
   stop_signal_ = sig;
   stop_reason_ = reason;
-  if (!all_workers_gone()) out->push_back(action::StopWorkers{sig, options_.term_timeout});
+  if (!all_workers_gone()) out->emplace_back(action::StopWorkers{sig, options_.term_timeout});
 }
 
 std::vector<Action> Agent::on_worker_exited(int local_rank, std::optional<WorkerFailure> failure) {
@@ -59,14 +59,14 @@ std::vector<Action> Agent::on_worker_exited(int local_rank, std::optional<Worker
         w = WorkerState::kSucceeded;
         if (all_workers_gone()) {
           phase_ = Phase::kAwaitingOutcome;
-          out.push_back(action::PublishSuccess{round_});
+          out.emplace_back(action::PublishSuccess{round_});
           advance(&out);  // the outcome may already be known
         }
         return out;
       }
       w = WorkerState::kFailed;
       failures_.push_back(*failure);
-      out.push_back(action::PublishFailure{round_, restart_count_, failures_});
+      out.emplace_back(action::PublishFailure{round_, restart_count_, failures_});
       begin_stop(StopReason::kLocalFailure, SIGTERM, &out);
       advance(&out);
       return out;
@@ -77,7 +77,7 @@ std::vector<Action> Agent::on_worker_exited(int local_rank, std::optional<Worker
       w = WorkerState::kGone;
       if (failure && !is_stop_consequence(*failure) && stop_reason_ != StopReason::kSignal) {
         failures_.push_back(*failure);
-        out.push_back(action::PublishFailure{round_, restart_count_, failures_});
+        out.emplace_back(action::PublishFailure{round_, restart_count_, failures_});
       }
       advance(&out);
       return out;
@@ -93,7 +93,7 @@ std::vector<Action> Agent::on_worker_hung(int local_rank, WorkerFailure failure)
   if (local_rank < 0 || static_cast<size_t>(local_rank) >= workers_.size()) return out;
   if (workers_[static_cast<size_t>(local_rank)] != WorkerState::kRunning) return out;
   failures_.push_back(std::move(failure));
-  out.push_back(action::PublishFailure{round_, restart_count_, failures_});
+  out.emplace_back(action::PublishFailure{round_, restart_count_, failures_});
   begin_stop(StopReason::kLocalFailure, SIGTERM, &out);
   return out;
 }
@@ -105,7 +105,7 @@ std::vector<Action> Agent::on_worker_wedged(int local_rank, WorkerFailure failur
   if (workers_[static_cast<size_t>(local_rank)] != WorkerState::kRunning) return out;
   const std::string reason = "rank " + std::to_string(failure.global_rank) + " " + failure.reason;
   failures_.push_back(std::move(failure));
-  out.push_back(action::PublishFailure{round_, restart_count_, failures_});
+  out.emplace_back(action::PublishFailure{round_, restart_count_, failures_});
   // As a fatal error: every node stops, nobody restarts.
   for (Action& a : on_fatal(reason)) out.push_back(std::move(a));
   return out;
@@ -136,11 +136,11 @@ std::vector<Action> Agent::on_signal(int sig) {
   if (phase_ == Phase::kDone) return out;
   if (signal_ != 0) {
     // A second signal while stopping: no more grace.
-    if (phase_ == Phase::kStopping) out.push_back(action::KillWorkers{});
+    if (phase_ == Phase::kStopping) out.emplace_back(action::KillWorkers{});
     return out;
   }
   signal_ = sig;
-  out.push_back(action::PublishAbort{round_, signal_name(sig) + " received"});
+  out.emplace_back(action::PublishAbort{round_, signal_name(sig) + " received"});
   switch (phase_) {
     case Phase::kRunning:
       begin_stop(StopReason::kSignal, sig, &out);
@@ -161,7 +161,7 @@ std::vector<Action> Agent::on_fatal(std::string reason) {
   std::vector<Action> out;
   if (phase_ == Phase::kDone || !fatal_reason_.empty()) return out;
   fatal_reason_ = std::move(reason);
-  out.push_back(action::PublishAbort{round_, fatal_reason_});
+  out.emplace_back(action::PublishAbort{round_, fatal_reason_});
   if (phase_ == Phase::kRunning || phase_ == Phase::kStopping) {
     if (phase_ == Phase::kRunning) begin_stop(StopReason::kFatal, SIGTERM, &out);
     if (stop_reason_ != StopReason::kSignal) stop_reason_ = StopReason::kFatal;
@@ -174,7 +174,7 @@ std::vector<Action> Agent::on_fatal(std::string reason) {
 
 std::vector<Action> Agent::on_stop_deadline() {
   std::vector<Action> out;
-  if (phase_ == Phase::kStopping && !all_workers_gone()) out.push_back(action::KillWorkers{});
+  if (phase_ == Phase::kStopping && !all_workers_gone()) out.emplace_back(action::KillWorkers{});
   return out;
 }
 
@@ -190,7 +190,7 @@ std::vector<Action> Agent::on_kill_deadline() {
 
 void Agent::finish(int code, bool failed, std::vector<Action>* out, std::string reason) {
   phase_ = Phase::kDone;
-  out->push_back(action::Finish{code, failed, outcome_, failures_, std::move(reason), signal_});
+  out->emplace_back(action::Finish{code, failed, outcome_, failures_, std::move(reason), signal_});
 }
 
 void Agent::advance(std::vector<Action>* out) {
@@ -219,7 +219,7 @@ void Agent::advance(std::vector<Action>* out) {
                (outcome_->kind == Outcome::kFailed && outcome_->restarts <= options_.max_restarts);
   if (again) {
     phase_ = Phase::kRendezvous;
-    out->push_back(action::Rendezvous{round_});
+    out->emplace_back(action::Rendezvous{round_});
     return;
   }
   finish(1, true, out);

@@ -32,7 +32,7 @@ namespace cohort::launch {
 namespace action {
 // Join the first round after `after_round` (-1: the first round of the job).
 struct Rendezvous {
-  int after_round;
+  int after_round = -1;
 };
 struct StartWorkers {
   RankAssignment assignment;
@@ -41,30 +41,30 @@ struct StartWorkers {
 // Send `signal` to every running worker's process group; KillWorkers follows after `grace`
 // unless they are all gone by then (the Launcher arms the timer and reports StopDeadline).
 struct StopWorkers {
-  int signal;
-  std::chrono::milliseconds grace;
+  int signal = 0;
+  std::chrono::milliseconds grace{0};
 };
 struct KillWorkers {};
 // Publish this node's failures of the round and try to decide its outcome as failed, with the
 // job's restart count one higher than `restart_count`.
 struct PublishFailure {
-  int round;
-  int restart_count;
+  int round = 0;
+  int restart_count = 0;
   std::vector<WorkerFailure> failures;
 };
 // Count this node as done; the last node decides the outcome as succeeded.
 struct PublishSuccess {
-  int round;
+  int round = 0;
 };
 // Decide the outcome as aborted (a signal on this node).
 struct PublishAbort {
-  int round;
+  int round = 0;
   std::string detail;
 };
 // The job is over on this node: print the summary when failed, then exit with `exit_code`.
 struct Finish {
-  int exit_code;
-  bool failed;
+  int exit_code = 0;
+  bool failed = false;
   std::optional<Outcome> outcome;             // the deciding outcome, when one is known
   std::vector<WorkerFailure> local_failures;  // of the last round
   std::string reason;  // why this node stopped when no failure says it (a signal, a lost store)
@@ -72,6 +72,11 @@ struct Finish {
 };
 }  // namespace action
 
+// Every member of every action has a default, and actions are emplaced into their vectors, never
+// pushed as a temporary Action: GCC 12 and later (at -O2 and above) inline a temporary variant's
+// move into the vector and warn (-Wmaybe-uninitialized) that the members of the alternatives it
+// does not hold are read (the members of RankAssignment, Outcome, WorkerFailure). A variant built
+// in place in the vector's storage is never moved from a half-built local.
 using Action = std::variant<action::Rendezvous, action::StartWorkers, action::StopWorkers,
                             action::KillWorkers, action::PublishFailure, action::PublishSuccess,
                             action::PublishAbort, action::Finish>;
