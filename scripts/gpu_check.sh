@@ -559,7 +559,7 @@ amp_check_() {
   env "LD_LIBRARY_PATH=$LDP" "$BIN/cohortrun" --standalone --nproc-per-node 1 --no-python \
     "${PYWORKER[@]}" amp_ddp >"$WORK/amp.log" 2>&1 || rc=$?
   cat "$WORK/amp.log"
-  grep -m1 '^{"amp_ddp"' "$WORK/amp.log" >"$WORK/amp.json" || rc=1
+  grep -m1 -o '{"amp_ddp".*' "$WORK/amp.log" >"$WORK/amp.json" || rc=1
   [ "$rc" -eq 0 ] && python3 -c 'import json, sys
 r = json.load(open(sys.argv[1]))["amp_ddp"]
 sys.exit(0 if r["ranks_agree"] and r["last_loss"] < 0.5 * r["first_loss"] else 1)' "$WORK/amp.json"
