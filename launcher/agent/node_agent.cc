@@ -76,7 +76,8 @@ NodeAgent::NodeAgent(JobPlan plan, EnvMap env, NodeAgentDeps deps)
       stop_timer_(clock_.make_timer()),
       finish_timer_(clock_.make_timer()),
       wait_timer_(clock_.make_timer()),
-      progress_timer_(clock_.make_timer()) {}
+      progress_timer_(clock_.make_timer()),
+      lobby_timer_(clock_.make_timer()) {}
 
 NodeAgent::~NodeAgent() {
   probe_.reset();  // joins its thread: nothing is posted to the loop after this
@@ -380,8 +381,13 @@ void NodeAgent::rendezvous(int after_round) {
   };
   join_started_ = clock_.now();
   report_progress();
+  if (plan_.config.rdzv_backend != RdzvBackend::kStatic) {
+    join_wall_started_ = wall_clock_now();
+    lobby_tick();
+  }
   rdzv_->join(after_round, self, [this](std::exception_ptr err, RankAssignment a) {
     progress_timer_->cancel();
+    lobby_timer_->cancel();
     if (stopped_) return;
     if (err) {
       handle(agent_.on_fatal(describe(err)));
@@ -401,6 +407,41 @@ void NodeAgent::rendezvous(int after_round) {
         });
     handle(agent_.on_rendezvous_done(a));
   });
+}
+
+void NodeAgent::lobby_tick() {
+  lobby::Waiting self;
+  self.run_id = plan_.run_id;
+  self.node = plan_.host + ":" + std::to_string(::getpid());
+  self.host = plan_.host;
+  self.entry = plan_.command.title;
+  self.nnodes =
+      std::to_string(plan_.config.min_nodes) + ":" + std::to_string(plan_.config.max_nodes);
+  self.since = join_wall_started_;
+  self.at = wall_clock_now();
+  rdzv_->announce_waiting(self, [this, self](std::exception_ptr err,
+                                             std::vector<lobby::Waiting> others) {
+    if (err || stopped_ || !lobby_timer_->armed()) return;
+    // Nodes of two jobs starting together meet their own within a second or two: only a wait of
+    // a few seconds on both sides is worth a word.
+    constexpr double kWorthSaying = 2.0;
+    for (const lobby::Waiting& o : others) {
+      if (self.at - self.since < kWorthSaying || self.at - o.since < kWorthSaying) continue;
+      if (!told_of_runs_.insert(o.run_id).second) continue;
+      log_->warn(
+          "{}",
+          printable(
+              fmt::format(
+                  "nodes of another job wait at {} too: run id {} ({}, --nnodes {}, on {}, "
+                  "for {:.0f} s), while this node waits in run id {} ({}). Nodes meet only "
+                  "within one run id: if they are one job, start every node with the same "
+                  "--rdzv-id (without it, the id comes from the endpoint and the script's name)",
+                  plan_.config.rdzv_endpoint, o.run_id, o.entry, o.nnodes, o.host,
+                  self.at - o.since, plan_.run_id, plan_.command.title),
+              false));
+    }
+  });
+  lobby_timer_->start(kLobbyInterval, [this] { lobby_tick(); });
 }
 
 void NodeAgent::report_progress() {
@@ -632,6 +673,7 @@ void NodeAgent::shut_down() {
   finish_timer_->cancel();
   wait_timer_->cancel();
   progress_timer_->cancel();
+  lobby_timer_->cancel();
   std::error_code ignored;
   signals_.cancel(ignored);
   observer_.reset();  // before what it reads

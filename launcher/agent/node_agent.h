@@ -93,6 +93,8 @@ class NodeAgent {
   void bound_the_others(int round);
   // Says every 10 s that a rendezvous is still pending, and for how much longer it may be.
   void report_progress();
+  // While an elastic join waits: the lobby (kLobbyInterval).
+  void lobby_tick();
   std::unique_ptr<JobRendezvous> make_rendezvous();
   // TORCHELASTIC_ENABLE_FILE_TIMER=1: serves the workers' FileTimerClients (file_timer.h).
   void start_file_timer();
@@ -134,6 +136,12 @@ class NodeAgent {
   std::unique_ptr<LoopTimer> finish_timer_;
   std::unique_ptr<LoopTimer> wait_timer_;      // --wait-after-first-exit
   std::unique_ptr<LoopTimer> progress_timer_;  // lines while a rendezvous is pending
+  // Elastic: every kLobbyInterval while joining, this node says in the store's lobby that it
+  // waits, and learns of nodes waiting in other runs there (rdzv/lobby.h), once each.
+  static constexpr std::chrono::milliseconds kLobbyInterval{2500};
+  std::unique_ptr<LoopTimer> lobby_timer_;
+  double join_wall_started_ = 0;  // seconds since the epoch, as the lobby's records are
+  std::set<std::string> told_of_runs_;
   Clock::time_point join_started_;
   bool finishing_ = false;      // the Agent said Finish; summary and barrier under way
   bool abort_pending_ = false;  // an abort is on its way to the store

@@ -103,18 +103,19 @@ std::string find_cohort_boot_dir(const std::string& python_dir) {
 }
 
 // A run id for an elastic job given none: torchrun's default "none" puts every such job on one
-// endpoint into one rendezvous. The nodes of one job run the same command against the same
-// endpoint, so they derive the same id from it, and different jobs get different ones.
-std::string derived_run_id(const LaunchConfig& c) {
+// endpoint into one rendezvous. The nodes of one job run the same script (or program, or -m
+// module) against the same endpoint, each perhaps with arguments of its own (an --output_dir)
+// and from another folder (train.py, ./train.py): the endpoint and the entry point's name make
+// the id, so that they meet and jobs of other scripts there do not. Nodes that still wait apart
+// find each other in the store's lobby (rdzv/lobby.h).
+std::string derived_run_id(const std::string& endpoint, const std::string& entry_point) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   auto mix = [&](const std::string& s) {
     for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
     h = (h ^ 0xff) * 1099511628211ull;
   };
-  mix(c.rdzv_endpoint);
-  mix(std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes));
-  mix(c.training_script);
-  for (const auto& a : c.training_script_args) mix(a);
+  mix(endpoint);
+  mix(entry_point);
   char buf[32];
   std::snprintf(buf, sizeof buf, "job-%012llx", static_cast<unsigned long long>(h >> 16));
   return buf;
@@ -166,10 +167,11 @@ JobPlan make_plan(LaunchConfig config, const EnvMap& env) {
   p.run_id = config.standalone ? random_tag(8) : config.rdzv_id;
   if (config.rdzv_backend != RdzvBackend::kStatic && !config.given.contains("--rdzv-id") &&
       config.rdzv_id == "none") {
-    p.run_id = derived_run_id(config);
+    p.run_id = derived_run_id(config.rdzv_endpoint, p.command.title);
     p.notes.push_back("no --rdzv-id: this job's run id is " + p.run_id +
-                      " (derived from the command and the endpoint, so that jobs sharing the "
-                      "endpoint never mix; give --rdzv-id to choose one)");
+                      " (from the endpoint and " + p.command.title +
+                      ": every node started with it meets there, whatever its other arguments; "
+                      "give --rdzv-id to choose one)");
   }
   if (config.standalone) config.master_addr = "127.0.0.1";
   p.stop_signals = parse_signals(config.signals_to_handle, &p.notes);

@@ -65,6 +65,23 @@ void JobRendezvous::watch_outcome(int round, std::function<void(Outcome)> on_out
       std::move(on_lost));
 }
 
+void JobRendezvous::announce_waiting(
+    lobby::Waiting self,
+    std::function<void(std::exception_ptr, std::vector<lobby::Waiting>)> done) {
+  auto others = std::make_shared<std::vector<lobby::Waiting>>();
+  bridge_->run_status_unscoped(
+      [self, others, run = run_id_](Store& s) {
+        const std::string key = keys::lobby();
+        s.append(key, lobby::encode(self));
+        const std::string value = s.get(key);
+        *others = lobby::other_runs(lobby::fresh(value, self.at), run);
+        // Whoever finds it large cuts it to its fresh lines; an append meanwhile makes the cut
+        // fail, and it waits for the next turn.
+        if (auto cut = lobby::trimmed(value, self.at)) s.compare_set(key, value, *cut);
+      },
+      [others, done = std::move(done)](std::exception_ptr err) { done(err, std::move(*others)); });
+}
+
 void JobRendezvous::publish_failure(int round, int node_rank, int restart_count,
                                     std::vector<WorkerFailure> failures, Done done) {
   bridge_->run(

@@ -22,6 +22,7 @@
 #include "cohort/base/net.h"
 #include "failure/failure.h"
 #include "loop/loop_clock.h"
+#include "rdzv/lobby.h"
 #include "rdzv/round_types.h"
 #include "rdzv/store_bridge.h"
 
@@ -75,6 +76,11 @@ class JobRendezvous {
   // records that exist (its own included), for the straggler check.
   void publish_status(int node_rank, int nnodes, std::string record,
                       std::function<void(std::exception_ptr, std::vector<std::string>)> done);
+  // Says in the store's lobby that this node still waits in this run, and hands back one node
+  // of each other run waiting at the same store (rdzv/lobby.h). Best effort: a store that cannot
+  // append gives an error, and nothing is lost but the hint.
+  void announce_waiting(lobby::Waiting self,
+                        std::function<void(std::exception_ptr, std::vector<lobby::Waiting>)> done);
   // Counts this node out; when it hosts the store, waits up to `timeout` for the others.
   void exit_barrier(int round, int nnodes, std::chrono::milliseconds timeout, Done done);
 

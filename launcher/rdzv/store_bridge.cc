@@ -81,11 +81,16 @@ void StoreBridge::run_status(std::function<void(Store&)> op, Done done) {
   run_on(status_worker_, std::move(op), std::move(done));
 }
 
-void StoreBridge::run_on(Worker& w, std::function<void(Store&)> op, Done done) {
-  submit(w, [this, &w, op = std::move(op), done = std::move(done)] {
+void StoreBridge::run_status_unscoped(std::function<void(Store&)> op, Done done) {
+  run_on(status_worker_, std::move(op), std::move(done), true);
+}
+
+void StoreBridge::run_on(Worker& w, std::function<void(Store&)> op, Done done, bool unscoped) {
+  submit(w, [this, &w, op = std::move(op), done = std::move(done), unscoped] {
     std::exception_ptr err;
     try {
-      op(store(w));
+      Store& scoped = store(w);
+      op(unscoped ? *w.conn : scoped);
     } catch (...) {
       err = std::current_exception();
     }

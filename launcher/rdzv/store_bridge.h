@@ -46,6 +46,8 @@ class StoreBridge {
 
   // The same on the status records' thread and connection.
   void run_status(std::function<void(Store&)> op, Done done);
+  // The same, with the store's whole keyspace rather than the run's (the lobby, rdzv/lobby.h).
+  void run_status_unscoped(std::function<void(Store&)> op, Done done);
   // Runs op(store) on the store thread, then done(error, result) on the loop.
   template <typename T>
   void call(std::function<T(Store&)> op, std::function<void(std::exception_ptr, T)> done) {
@@ -84,7 +86,7 @@ class StoreBridge {
   std::string run_prefix_;
   std::atomic<bool> abandon_{false};
   std::shared_ptr<std::atomic<int>> watch_generation_;
-  void run_on(Worker& w, std::function<void(Store&)> op, Done done);
+  void run_on(Worker& w, std::function<void(Store&)> op, Done done, bool unscoped = false);
 
   Worker ops_worker_;
   Worker watch_worker_;

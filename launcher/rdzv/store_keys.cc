@@ -37,6 +37,10 @@ std::optional<int> number(std::string_view s) {
 
 }  // namespace
 
+std::string lobby() {
+  return "cohort/lobby";
+}
+
 std::string run_prefix(const std::string& run_id) {
   return std::string(kRoot) + run_id;
 }

@@ -46,6 +46,10 @@ std::string round_changed(int round, int version);  // "rdzv/round/<r>/changed/<
 std::string keep_alive(const std::string& node_id);  // "rdzv/hb/<id>": bumped while alive
 std::string alive(const std::string& node_id);       // "rdzv/alive/<id>": a leased key (etcd)
 
+// ---- outside every run: nodes still waiting for their rendezvous (rdzv/lobby.h)
+// ------------------
+std::string lobby();  // "cohort/lobby", a full key (split_run finds no run in it)
+
 // A key relative to the run prefix, taken apart.
 struct ParsedKey {
   enum class Kind {

@@ -95,21 +95,30 @@ TEST_F(LauncherTest, FlagsTheElasticRendezvousWouldIgnoreAreSaidOrRefused) {
       << addr.err;
 }
 
-TEST_F(LauncherTest, ElasticJobsWithoutARunIdGetOneFromTheirCommand) {
-  auto job = [&](const std::string& tag) {
+TEST_F(LauncherTest, ElasticJobsWithoutARunIdGetOneFromTheirEntryPoint) {
+  auto job = [&](std::vector<std::string> worker) {
     return run(
         cohortrun({"--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0"},
-                  test_worker({"--stderr", tag})));
+                  std::move(worker)));
   };
-  auto a = job("first"), b = job("second");
-  ASSERT_EQ(a.exit_code(), 0) << a.err;
   auto id = [](const std::string& err) {
     auto at = err.find("this job's run id is ");
     return at == std::string::npos ? std::string() : err.substr(at + 21, 16);
   };
+  // Per-node arguments, and the program named by another path: one job.
+  auto a = job(test_worker({"--stderr", "first"}));
+  const std::filesystem::path worker(TEST_WORKER_BIN);  // .../bin/cohort_test_worker
+  const std::string other_path =
+      (worker.parent_path() / ".." / worker.parent_path().filename() / worker.filename())
+          .string();  // .../bin/../bin/cohort_test_worker
+  auto b = job({"--no-python", other_path, "--out", dir_, "--stderr", "second"});
+  ASSERT_EQ(a.exit_code(), 0) << a.err;
   EXPECT_EQ(id(a.err).rfind("job-", 0), 0u) << a.err;
-  EXPECT_NE(id(a.err), id(b.err));  // another command, another id
+  EXPECT_EQ(id(a.err), id(b.err)) << b.err;
   EXPECT_EQ(worker_env(0, 0)["TORCHELASTIC_RUN_ID"].rfind("job-", 0), 0u);
+  // Another program: another job.
+  auto c = job({"--no-python", "/bin/true"});
+  EXPECT_NE(id(a.err), id(c.err)) << c.err;
 }
 
 }  // namespace

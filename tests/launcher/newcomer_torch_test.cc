@@ -102,5 +102,78 @@ TEST_F(NewcomerTest, ATorchDistributedLaunchScriptRunsWithOneFlagAndTheSummaryNa
   EXPECT_EQ(count_of(right.out + right.err, "allreduce ok"), 2u) << right.out << right.err;
 }
 
+// A cohortd on a free port of 127.0.0.1 for the nodes to meet at; its port.
+int start_endpoint(std::unique_ptr<Subprocess>* store) {
+  *store = std::make_unique<Subprocess>(
+      std::vector<std::string>{COHORTD_BIN, "--host", "127.0.0.1", "--port", "0"});
+  const std::string line = (*store)->read_line(std::chrono::seconds(10)).value_or(":0");
+  return std::stoi(line.substr(line.rfind(':') + 1));
+}
+
+// cohortrun in `folder`, as a node started there by hand would be.
+std::vector<std::string> in_folder(const std::string& folder,
+                                   const std::vector<std::string>& argv) {
+  std::string cmd = "cd '" + folder + "' && exec";
+  for (const auto& a : argv) cmd += " '" + a + "'";
+  return {"/bin/sh", "-c", cmd};
+}
+
+TEST_F(NewcomerTest, NodesStartedTheUsualWayMeetWithoutARunId) {
+  // The same script, one node by its full path and with an argument of its own, the other from
+  // its folder as ./gloo_worker.py with another: one job (they waited apart for 600 s).
+  std::unique_ptr<Subprocess> store;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(start_endpoint(&store));
+  auto node = [&](const std::string& script, const std::string& out) {
+    return cohortrun({"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                      "--rdzv-endpoint", endpoint, "--local-addr", "127.0.0.1"},
+                     {script, "--output_dir", out});
+  };
+  const std::vector<std::string> env{"PYTHON_EXEC=" + torch_python()};
+  Subprocess a(node(kInterop + "gloo_worker.py", dir_ + "/a"), env);
+  Subprocess b(in_folder(kInterop, node("./gloo_worker.py", dir_ + "/b")), env);
+  auto sa = a.wait(180s), sb = b.wait(180s);
+  const std::string out = a.read_all_stdout(2s) + b.read_all_stdout(2s);
+  const std::string err = a.read_all_stderr(2s) + b.read_all_stderr(2s);
+  ASSERT_TRUE(sa && sb) << err;
+  EXPECT_EQ(WEXITSTATUS(*sa), 0) << err;
+  EXPECT_EQ(WEXITSTATUS(*sb), 0) << err;
+  EXPECT_EQ(count_of(out, "/2: allreduce ok"), 2u) << out << err;
+}
+
+TEST_F(NewcomerTest, NodesWaitingApartAtOneEndpointSaySoAndNameTheFix) {
+  // Two scripts: two run ids. Each node says within seconds that the other waits there.
+  std::unique_ptr<Subprocess> store;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(start_endpoint(&store));
+  const std::string other = dir_ + "/other_worker.py";
+  std::filesystem::copy_file(kInterop + "gloo_worker.py", other);
+  auto node = [&](const std::string& script) {
+    return cohortrun({"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                      "--rdzv-endpoint", endpoint, "--local-addr", "127.0.0.1"},
+                     {script});
+  };
+  const std::vector<std::string> env{"PYTHON_EXEC=" + torch_python()};
+  Subprocess a(node(kInterop + "gloo_worker.py"), env), b(node(other), env);
+  std::string err_a, err_b;
+  const auto start = std::chrono::steady_clock::now();
+  const bool said = wait_for(
+      [&] {
+        err_a += a.read_some_stderr(std::chrono::milliseconds(50));
+        err_b += b.read_some_stderr(std::chrono::milliseconds(50));
+        return err_a.find("nodes of another job wait") != std::string::npos &&
+               err_b.find("nodes of another job wait") != std::string::npos;
+      },
+      30s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  a.signal(SIGTERM);
+  b.signal(SIGTERM);
+  a.wait(10s);
+  b.wait(10s);
+  ASSERT_TRUE(said) << err_a << err_b;
+  EXPECT_LT(took, 10s);
+  EXPECT_NE(err_a.find("(other_worker.py, --nnodes 2:2"), std::string::npos) << err_a;
+  EXPECT_NE(err_b.find("(gloo_worker.py, --nnodes 2:2"), std::string::npos) << err_b;
+  EXPECT_NE(err_a.find("start every node with the same --rdzv-id"), std::string::npos) << err_a;
+}
+
 }  // namespace
 }  // namespace cohort::testing

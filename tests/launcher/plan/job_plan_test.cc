@@ -107,7 +107,7 @@ TEST_F(JobPlanTest, AStandaloneJobGetsARandomRunIdOnLoopback) {
   EXPECT_EQ(a.config.master_addr, "127.0.0.1");
 }
 
-TEST_F(JobPlanTest, AnElasticJobWithoutAnIdDerivesOneFromItsCommandAndEndpoint) {
+TEST_F(JobPlanTest, AnElasticJobWithoutAnIdDerivesOneFromItsEntryPointAndEndpoint) {
   auto plan = [&](std::vector<std::string> args) {
     std::vector<std::string> all{"--nnodes", "1:2", "--rdzv-backend", "c10d"};
     all.insert(all.end(), args.begin(), args.end());
@@ -117,9 +117,14 @@ TEST_F(JobPlanTest, AnElasticJobWithoutAnIdDerivesOneFromItsCommandAndEndpoint) 
   EXPECT_EQ(a.run_id.rfind("job-", 0), 0u) << a.run_id;
   EXPECT_EQ(a.run_id.size(), 16u) << a.run_id;
   EXPECT_TRUE(has_note(a, "no --rdzv-id: this job's run id is " + a.run_id));
-  // Every node of the job derives the same id; another job on the endpoint another one.
+  // Every node of the job derives the same id, whatever its own arguments and however it names
+  // the script; a job of another script on the endpoint another one.
   EXPECT_EQ(plan({"--rdzv-endpoint", "h:29400", "train.py", "--lr", "1"}).run_id, a.run_id);
-  EXPECT_NE(plan({"--rdzv-endpoint", "h:29400", "train.py", "--lr", "2"}).run_id, a.run_id);
+  EXPECT_EQ(plan({"--rdzv-endpoint", "h:29400", "train.py", "--output_dir", "/n1"}).run_id,
+            a.run_id);
+  EXPECT_EQ(plan({"--rdzv-endpoint", "h:29400", "./train.py"}).run_id, a.run_id);
+  EXPECT_EQ(plan({"--rdzv-endpoint", "h:29400", "/home/me/job/train.py"}).run_id, a.run_id);
+  EXPECT_EQ(plan({"--nnodes", "2", "--rdzv-endpoint", "h:29400", "train.py"}).run_id, a.run_id);
   EXPECT_NE(plan({"--rdzv-endpoint", "h:29400", "other.py", "--lr", "1"}).run_id, a.run_id);
   EXPECT_NE(plan({"--rdzv-endpoint", "g:29400", "train.py", "--lr", "1"}).run_id, a.run_id);
   // An id given, even "none" itself, is kept.

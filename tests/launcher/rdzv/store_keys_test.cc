@@ -64,6 +64,7 @@ TEST(StoreKeys, RunPrefixSplitsBack) {
   EXPECT_EQ(keys::split_run("cohort//x"), std::nullopt);
   EXPECT_EQ(keys::split_run("other/job/x"), std::nullopt);
   EXPECT_EQ(keys::split_run("/cohort/job/x"), std::nullopt);
+  EXPECT_EQ(keys::split_run(keys::lobby()), std::nullopt);  // outside every run
 }
 
 }  // namespace
