@@ -282,9 +282,16 @@ auto TcpStore::call(bool idempotent, std::string_view op, std::string_view key, 
         throw StoreError(std::string(op) + " interrupted", std::string(key), address_);
       }
       if (!idempotent || attempt >= 1) {
+        // Lost again on a connection just made: the store is up and closes at this request,
+        // which is how a TCPStore server refuses one (no dialect has an error reply).
         throw StoreError(std::string(op) + " failed: the connection to " + address_ +
                              " was lost (" + e.what() + ")" +
-                             (idempotent ? "" : "; whether it took effect is unknown"),
+                             (idempotent ? "" : "; whether it took effect is unknown") +
+                             (attempt >= 1 ? "; it was lost again right after reconnecting: the "
+                                             "store refuses this request (cohortd closes the "
+                                             "connection of a request over a limit, such as a "
+                                             "write past --max-memory, and its log says which)"
+                                           : ""),
                          std::string(key), address_);
       }
     } catch (const ReplyTimeout&) {

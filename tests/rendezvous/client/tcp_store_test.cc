@@ -288,6 +288,32 @@ TEST(TcpStoreConnect, GivesUpAtTheDeadlineNamingTheAddress) {
 namespace cohort {
 namespace {
 
+TEST(TcpStoreRefusal, ARequestTheStoreRefusesFailsSayingSo) {
+  // cohortd refuses a write past --max-memory by closing the connection (TCPStore has no error
+  // reply): a retried write is closed again right after reconnecting, and the error says what
+  // that means instead of only "connection lost".
+  rdzv::StoreServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.max_memory = 100;
+  rdzv::StoreServerThread server(o);
+  TcpStoreOptions c;
+  c.port = server.port();
+  c.timeout = 5s;
+  c.tagged_writes = true;  // a tagged write is retried once, as cohortrun's are
+  TcpStore s(c);
+  s.set("a", std::string(60, 'x'));
+  try {
+    s.compare_set("b", "", std::string(50, 'y'));  // 51 bytes more: past 100
+    FAIL() << "a write past --max-memory was taken";
+  } catch (const StoreError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("lost again right after reconnecting"), std::string::npos) << what;
+    EXPECT_NE(what.find("--max-memory"), std::string::npos) << what;
+  }
+  EXPECT_EQ(s.get("a"), std::string(60, 'x'));  // reads go on
+}
+
 TEST(TcpStoreInterrupt, WakesABlockedWaitAndTheStoreStaysUsable) {
   rdzv::StoreServerOptions so;
   so.host = "127.0.0.1";
