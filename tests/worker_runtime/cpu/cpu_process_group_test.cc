@@ -1,7 +1,7 @@
 // The CPU process group with its ranks as threads of this process, over one MemoryStore: every
 // collective against the serial reference in each transport mode (shared memory, TCP, both), and
 // the timeout path. The same code runs as real processes over a real store in
-// cpu_group_process_test.cc.
+// tests/worker_runtime/cpu_group_process_test.cc.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,9 +10,9 @@
 #include <mutex>
 #include <thread>
 
+#include "../collective_checks.h"
 #include "cohort/cpu_process_group.h"
 #include "cohort/rdzv/memory_store.h"
-#include "collective_checks.h"
 
 namespace cohort {
 namespace {
