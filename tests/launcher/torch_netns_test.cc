@@ -137,5 +137,31 @@ TEST_F(TorchNetnsTest, AnElasticJobSurvivesANodeLossAndTakesTheNodeBack) {
   }
 }
 
+TEST_F(TorchNetnsTest, TwoHostsStartedTheUsualWayMeetWithoutARunId) {
+  // No --rdzv-id, a per-node --output_dir, and the script named by its full path on one host and
+  // as ./gloo_worker.py from its folder on the other: one job (they waited apart for 600 s).
+  store_ = std::make_unique<Subprocess>(
+      on_node(4, {COHORTD_BIN, "--host", "10.79.0.4", "--port", "29401"}));
+  ASSERT_TRUE(store_->read_line(10s)) << "cohortd did not start";
+  auto node = [&](int n, const std::string& folder, const std::string& script) {
+    std::string cmd = "cd '" + folder + "' && exec '" + COHORTRUN_BIN +
+                      "' --nproc-per-node 1 --nnodes 2 --rdzv-backend c10d --rdzv-endpoint "
+                      "10.79.0.4:29401 " +
+                      script + " --output_dir /tmp/node" + std::to_string(n);
+    agents_.push_back(std::make_unique<Subprocess>(
+        on_node(n, {"/bin/sh", "-c", cmd}),
+        std::vector<std::string>{"PYTHON_EXEC=" + torch_python(), "GLOO_SOCKET_IFNAME=eth0"}));
+    return agents_.back().get();
+  };
+  Subprocess* a = node(1, "/", kInterop + "gloo_worker.py");
+  Subprocess* b = node(2, kInterop, "./gloo_worker.py");
+  std::string out;
+  for (auto* p : {a, b}) {
+    EXPECT_EQ(finish(p), 0) << p->read_all_stderr(1s);
+    out += p->read_all_stdout(1s);
+  }
+  EXPECT_EQ(count_of(out, "/2: allreduce ok"), 2u) << out;
+}
+
 }  // namespace
 }  // namespace cohort::testing
