@@ -40,7 +40,7 @@ PACKAGES=(
   help2man systemd dpkg-dev file lintian
   # the wheel test's CMake build of cohortrun and cohortd, cached across runs and clones
   ccache
-  # promtool, which checks cohort's Prometheus text (tests/launcher/gpu/gpu_health_test.cc)
+  # promtool, which checks cohort's Prometheus text (tests/launcher/gpu/gpu_metrics_test.cc)
   prometheus
 )
 
