@@ -5,20 +5,31 @@
 #   scripts/setup.sh           install what is missing (runs apt-get update once first)
 #   scripts/setup.sh --check   exit 0 if nothing is missing, 1 otherwise; installs nothing
 #   --no-torch2 (before or after --check) leaves PyTorch 2.x out (the demo does not need it)
+#   --build-only (likewise) only what builds cohort and runs the tests that start no process
+#                (scripts/test.sh -L unit): compilers, libraries, GoogleTest, ccache
 set -euo pipefail
 
 torch2=yes
+build_only=no
 args=()
 for a in "$@"; do
-  if [ "$a" = --no-torch2 ]; then torch2=no; else args+=("$a"); fi
+  case "$a" in
+    --no-torch2) torch2=no ;;
+    --build-only) build_only=yes torch2=no ;;
+    *) args+=("$a") ;;
+  esac
 done
 set -- "${args[@]+"${args[@]}"}"
 
-PACKAGES=(
-  # build
+BUILD_PACKAGES=(
   g++ cmake ninja-build pkg-config git
   libasio-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
   libopenblas-dev zlib1g-dev libssl-dev libcurl4-openssl-dev
+  # the build folder's objects, cached across builds and clones
+  ccache
+)
+PACKAGES=(
+  "${BUILD_PACKAGES[@]}"
   # data for the bundled trainers
   dataset-fashion-mnist fortunes
   # interop tests and benchmark baselines: real PyTorch 1.13 (/usr/bin/python3), and a virtual
@@ -38,12 +49,11 @@ PACKAGES=(
   # Debian packages (cmake/package.cmake): CPack's dependency list (dpkg-shlibdeps from dpkg-dev,
   # file) and their check (lintian)
   help2man systemd dpkg-dev file lintian
-  # the wheel test's CMake build of cohortrun and cohortd, cached across runs and clones
-  ccache
   # promtool, which checks cohort's Prometheus text (tests/launcher/gpu/gpu_metrics_test.cc)
   prometheus
 )
 
+[ $build_only = yes ] && PACKAGES=("${BUILD_PACKAGES[@]}")
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

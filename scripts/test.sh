@@ -9,7 +9,8 @@
 #   scripts/test.sh --quick       the release stage only
 #   scripts/test.sh -L store      the release stage only, with these ctest arguments; -L LABEL
 #                                 (or A|B) builds only what those labels' tests need
-#   scripts/test.sh -L unit       every test that starts no process (under a minute once built)
+#   scripts/test.sh -L unit       every test that starts no process (under a minute once built);
+#                                 installs only what builds cohort (setup.sh --build-only)
 #   scripts/test.sh -L crashcheck the crash check of cohortd alone (60 s; the release stage runs it)
 #
 # Every stage runs even when an earlier one failed; a summary with each stage's time ends the
@@ -34,7 +35,11 @@ for s in $STAGES; do
   esac
 done
 
-scripts/setup.sh --check >/dev/null 2>&1 || scripts/setup.sh
+# The unit tests start no process: they need the build's packages only, not PyTorch, Slurm, etcd.
+setup_args=()
+if [ "$STAGES" = release ] && [ "$*" = "-L unit" ]; then setup_args=(--build-only); fi
+scripts/setup.sh --check "${setup_args[@]+"${setup_args[@]}"}" >/dev/null 2>&1 ||
+  scripts/setup.sh "${setup_args[@]+"${setup_args[@]}"}"
 
 # The build targets for ctest's arguments: cohort_label_<l> for each l of a plain -L A|B, else
 # everything.

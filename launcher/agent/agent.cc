@@ -134,12 +134,18 @@ std::vector<Action> Agent::on_outcome(int round, const Outcome& outcome) {
 std::vector<Action> Agent::on_signal(int sig) {
   std::vector<Action> out;
   if (phase_ == Phase::kDone) return out;
+  if (ending()) {
+    // Only the summary, the barrier or the abort's grace remain: leave now.
+    shut_down(&out);
+    return out;
+  }
   if (signal_ != 0) {
     // A second signal while stopping: no more grace.
     if (phase_ == Phase::kStopping) out.emplace_back(action::KillWorkers{});
     return out;
   }
   signal_ = sig;
+  abort_pending_ = true;
   out.emplace_back(action::PublishAbort{round_, signal_name(sig) + " received"});
   switch (phase_) {
     case Phase::kRunning:
@@ -159,8 +165,9 @@ std::vector<Action> Agent::on_signal(int sig) {
 
 std::vector<Action> Agent::on_fatal(std::string reason) {
   std::vector<Action> out;
-  if (phase_ == Phase::kDone || !fatal_reason_.empty()) return out;
+  if (ending() || !fatal_reason_.empty()) return out;
   fatal_reason_ = std::move(reason);
+  abort_pending_ = true;
   out.emplace_back(action::PublishAbort{round_, fatal_reason_});
   if (phase_ == Phase::kRunning || phase_ == Phase::kStopping) {
     if (phase_ == Phase::kRunning) begin_stop(StopReason::kFatal, SIGTERM, &out);
@@ -189,8 +196,73 @@ std::vector<Action> Agent::on_kill_deadline() {
 }
 
 void Agent::finish(int code, bool failed, std::vector<Action>* out, std::string reason) {
+  finish_ = action::Finish{code, failed, outcome_, failures_, std::move(reason), signal_};
+  out->emplace_back(finish_);
+  if (finish_.signal != 0 || !finish_.reason.empty()) {
+    // Stopped here (a signal, a lost store): the store may be unreachable or busy with a call
+    // that will not return; say what is known and go, after a moment for the abort to land.
+    report(finish_.local_failures, out);
+    if (!abort_pending_) {
+      shut_down(out);
+      return;
+    }
+    phase_ = Phase::kLeaving;
+    out->emplace_back(action::AwaitAbort{options_.abort_grace});
+    return;
+  }
+  // Every node's failures make the summary, unless the job was aborted (the abort says why) or
+  // nothing failed anywhere that a record would show.
+  const bool consult = failed && !(outcome_ && outcome_->kind == Outcome::kAborted) &&
+                       (outcome_ || !failures_.empty());
+  if (consult) {
+    phase_ = Phase::kCollectingFailures;
+    out->emplace_back(action::CollectFailures{round_});
+    return;
+  }
+  if (failed) report({}, out);
+  exit_barrier(out);
+}
+
+void Agent::report(std::vector<WorkerFailure> failures, std::vector<Action>* out) {
+  out->emplace_back(action::Report{finish_, std::move(failures)});
+}
+
+void Agent::exit_barrier(std::vector<Action>* out) {
+  phase_ = Phase::kExitBarrier;
+  out->emplace_back(action::ExitBarrier{round_, options_.exit_barrier_timeout + kExitBarrierMargin});
+}
+
+void Agent::shut_down(std::vector<Action>* out) {
   phase_ = Phase::kDone;
-  out->emplace_back(action::Finish{code, failed, outcome_, failures_, std::move(reason), signal_});
+  out->emplace_back(action::ShutDown{});
+}
+
+std::vector<Action> Agent::on_failures_collected(
+    std::optional<std::vector<WorkerFailure>> failures) {
+  std::vector<Action> out;
+  if (phase_ != Phase::kCollectingFailures) return out;
+  report(failures && !failures->empty() ? std::move(*failures) : finish_.local_failures, &out);
+  exit_barrier(&out);
+  return out;
+}
+
+std::vector<Action> Agent::on_abort_published() {
+  std::vector<Action> out;
+  abort_pending_ = false;
+  if (phase_ == Phase::kLeaving) shut_down(&out);
+  return out;
+}
+
+std::vector<Action> Agent::on_exit_barrier_done() {
+  std::vector<Action> out;
+  if (phase_ == Phase::kExitBarrier) shut_down(&out);
+  return out;
+}
+
+std::vector<Action> Agent::on_finish_deadline() {
+  std::vector<Action> out;
+  if (phase_ == Phase::kExitBarrier || phase_ == Phase::kLeaving) shut_down(&out);
+  return out;
 }
 
 void Agent::advance(std::vector<Action>* out) {
@@ -223,6 +295,27 @@ void Agent::advance(std::vector<Action>* out) {
     return;
   }
   finish(1, true, out);
+}
+
+const char* phase_name(Agent::Phase phase) {
+  switch (phase) {
+    case Agent::Phase::kIdle:
+      return "starting";
+    case Agent::Phase::kRendezvous:
+      return "rendezvous";
+    case Agent::Phase::kRunning:
+      return "running";
+    case Agent::Phase::kAwaitingOutcome:
+      return "finishing";
+    case Agent::Phase::kStopping:
+      return "stopping";
+    case Agent::Phase::kCollectingFailures:
+    case Agent::Phase::kLeaving:
+    case Agent::Phase::kExitBarrier:
+    case Agent::Phase::kDone:
+      return "done";
+  }
+  return "unknown";
 }
 
 }  // namespace cohort::launch

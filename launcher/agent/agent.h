@@ -1,12 +1,13 @@
 // Agent: the node agent's decisions, as a pure state machine.
 //
 // Events come in (rendezvous done, a worker exited or hung, the attempt's outcome was decided in
-// the store, a signal, the stop grace period ended, a fatal error such as a lost store); actions
-// come out (rendezvous, start workers, stop or kill them, publish a failure or a success, finish).
-// The Launcher turns pidfds, pipes, signals, timers and store replies into events and carries the
-// actions out; tests drive the machine directly. No clock, no I/O: times arrive inside events.
-// It is the launcher's only state machine: every way a job ends goes through Finish, which prints
-// the summary.
+// the store, a signal, the stop grace period ended, a fatal error such as a lost store, the steps
+// of the ending: failures collected, the exit barrier passed, the abort landed, a deadline);
+// actions come out (rendezvous, start workers, stop or kill them, publish a failure or a success,
+// finish, report, pass the exit barrier, shut down). The NodeAgent turns pidfds, pipes, signals,
+// timers and store replies into events and carries the actions out; tests drive the machine
+// directly. No clock, no I/O: times arrive inside events. It is the launcher's only state
+// machine: every way a job ends goes through Finish and ends in ShutDown.
 //
 // Policy (torchrun's, made job-wide): the first failure anywhere stops every worker of the round on
 // every node; the round's outcome is decided once in the store, with the job's restart count; the
@@ -15,6 +16,17 @@
 // without spending a restart. A signal stops the local workers with that signal and aborts the job
 // everywhere. Rounds are numbered by the rendezvous, not by the agent: a late node joins whatever
 // round is current.
+//
+// How a job ends on this node, once its last round is decided (Finish):
+//   - stopped here (a signal, a fatal error): Report what this node knows at once; then, if an
+//     abort is still on its way to the store, wait up to abort_grace for it (phase kLeaving);
+//     then ShutDown;
+//   - otherwise, when the job failed and failures are known: CollectFailures from every node
+//     (phase kCollectingFailures), Report them all; a job that failed without any: Report that;
+//   - then the ExitBarrier (phase kExitBarrier): count out, and wait for the other nodes (the node
+//     hosting the store keeps it up until every node has read the outcome), at most
+//     exit_barrier_timeout plus a margin; then ShutDown (phase kDone).
+// A stop signal during any of these ends them at once: ShutDown.
 //
 // Thread safety: none; used from the launcher's loop thread.
 #pragma once
@@ -61,7 +73,9 @@ struct PublishAbort {
   int round = 0;
   std::string detail;
 };
-// The job is over on this node: print the summary when failed, then exit with `exit_code`.
+// The job is over on this node: exit with `exit_code` once the ending below is done (log it, stop
+// keeping alive; what follows is CollectFailures or Report, then AwaitAbort or ExitBarrier, then
+// ShutDown).
 struct Finish {
   int exit_code = 0;
   bool failed = false;
@@ -70,6 +84,29 @@ struct Finish {
   std::string reason;  // why this node stopped when no failure says it (a signal, a lost store)
   int signal = 0;      // the signal that stopped the job, or 0
 };
+// Read every node's failure records of `round` for the summary (on_failures_collected).
+struct CollectFailures {
+  int round = 0;
+};
+// Print the failure summary of a failed job: `failures` (every node's, or this node's), or, when
+// there are none, why the job was stopped.
+struct Report {
+  Finish finish;
+  std::vector<WorkerFailure> failures;
+};
+// Count this node out of `round` and wait for the other nodes (on_exit_barrier_done), or until
+// `deadline` (on_finish_deadline).
+struct ExitBarrier {
+  int round = 0;
+  std::chrono::milliseconds deadline{0};
+};
+// An abort is on its way to the store: wait for it (on_abort_published), or until `grace`
+// (on_finish_deadline).
+struct AwaitAbort {
+  std::chrono::milliseconds grace{0};
+};
+// The ending is done: tear the node down. Always the last action the Agent gives.
+struct ShutDown {};
 }  // namespace action
 
 // Every member of every action has a default, and actions are emplaced into their vectors, never
@@ -77,18 +114,39 @@ struct Finish {
 // move into the vector and warn (-Wmaybe-uninitialized) that the members of the alternatives it
 // does not hold are read (the members of RankAssignment, Outcome, WorkerFailure). A variant built
 // in place in the vector's storage is never moved from a half-built local.
-using Action = std::variant<action::Rendezvous, action::StartWorkers, action::StopWorkers,
-                            action::KillWorkers, action::PublishFailure, action::PublishSuccess,
-                            action::PublishAbort, action::Finish>;
+using Action =
+    std::variant<action::Rendezvous, action::StartWorkers, action::StopWorkers, action::KillWorkers,
+                 action::PublishFailure, action::PublishSuccess, action::PublishAbort,
+                 action::Finish, action::CollectFailures, action::Report, action::ExitBarrier,
+                 action::AwaitAbort, action::ShutDown>;
 
 struct AgentOptions {
   int max_restarts = 0;
   std::chrono::milliseconds term_timeout{std::chrono::seconds(30)};
+  // --exit-barrier-timeout: how long the other nodes get to count out; the barrier's deadline is
+  // this plus kExitBarrierMargin.
+  std::chrono::milliseconds exit_barrier_timeout{std::chrono::seconds(300)};
+  // How long a node stopped here waits for its abort to reach the store before it leaves.
+  std::chrono::milliseconds abort_grace{800};
 };
 
 class Agent {
  public:
-  enum class Phase { kIdle, kRendezvous, kRunning, kAwaitingOutcome, kStopping, kDone };
+  enum class Phase {
+    kIdle,
+    kRendezvous,
+    kRunning,
+    kAwaitingOutcome,
+    kStopping,
+    // The ending (see the file comment):
+    kCollectingFailures,
+    kLeaving,
+    kExitBarrier,
+    kDone,
+  };
+  // The exit barrier's deadline is exit_barrier_timeout plus this: the barrier's own store call
+  // times out first, and says so.
+  static constexpr std::chrono::milliseconds kExitBarrierMargin{5000};
 
   explicit Agent(AgentOptions options);
 
@@ -111,9 +169,18 @@ class Agent {
   std::vector<Action> on_kill_deadline();
   // This node cannot go on (the store is lost for good, the rendezvous failed, an internal
   // error): stop the local workers, tell the others, and end the job here with exit code 1.
+  // Ignored once the job is ending.
   std::vector<Action> on_fatal(std::string reason);
+  // The ending's steps (see the file comment). `failures`: every node's failure records, or
+  // nullopt when they could not be read (the summary then has this node's).
+  std::vector<Action> on_failures_collected(std::optional<std::vector<WorkerFailure>> failures);
+  std::vector<Action> on_abort_published();
+  std::vector<Action> on_exit_barrier_done();
+  std::vector<Action> on_finish_deadline();
 
   Phase phase() const { return phase_; }
+  // Finish was given: the job is over on this node and only its ending remains.
+  bool ending() const { return phase_ >= Phase::kCollectingFailures; }
   int round() const { return round_; }
   int restart_count() const { return restart_count_; }
 
@@ -128,6 +195,9 @@ class Agent {
   // Moves on once the workers are gone and the outcome is known.
   void advance(std::vector<Action>* out);
   void finish(int code, bool failed, std::vector<Action>* out, std::string reason = {});
+  void report(std::vector<WorkerFailure> failures, std::vector<Action>* out);
+  void exit_barrier(std::vector<Action>* out);
+  void shut_down(std::vector<Action>* out);
 
   AgentOptions options_;
   Phase phase_ = Phase::kIdle;
@@ -140,6 +210,13 @@ class Agent {
   int signal_ = 0;
   int stop_signal_ = 0;  // the signal the current stop sent
   std::string fatal_reason_;
+  bool abort_pending_ = false;  // a PublishAbort has not been answered yet
+  action::Finish finish_{};     // once ending()
 };
+
+// The phase as status records, metrics and cohortctl name it: "starting", "rendezvous",
+// "running", "finishing" (the workers succeeded; the outcome is pending), "stopping", and "done"
+// once the job is over on this node (its ending's steps included).
+const char* phase_name(Agent::Phase phase);
 
 }  // namespace cohort::launch

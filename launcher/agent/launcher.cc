@@ -2,8 +2,8 @@
 
 #include <filesystem>
 
-#include "plan/job_plan.h"
 #include "agent/node_agent.h"
+#include "plan/job_plan.h"
 
 namespace cohort::launch {
 

@@ -30,6 +30,7 @@ using namespace std::chrono_literals;
 
 // How long a job stopped by a signal or a fatal error waits for its abort to reach the store
 // before it exits anyway: cohortrun is gone within the workers' grace plus this.
+// How long a node stopped here waits for its abort to reach the store before it leaves.
 constexpr auto kAbortGrace = 800ms;
 
 // "python3 (/usr/bin/python3, found on PATH)" or "PYTHON_EXEC=/opt/venv/bin/python".
@@ -66,7 +67,8 @@ NodeAgent::NodeAgent(JobPlan plan, EnvMap env, NodeAgentDeps deps)
       err_(deps_.err ? deps_.err : &own_console_->err),
       log_(private_logger("cohortrun", console_log_sink(*err_), "warning")),
       signals_(io_),
-      agent_(AgentOptions{plan_.config.max_restarts, plan_.config.term_timeout}),
+      agent_(AgentOptions{plan_.config.max_restarts, plan_.config.term_timeout,
+                          plan_.config.exit_barrier_timeout, kAbortGrace}),
       events_(plan_.config.event_log_handler == "console" ? err_ : nullptr,
               EventContext{plan_.run_id, plan_.config.role, plan_.host,
                            plan_.config.rdzv_backend == RdzvBackend::kStatic ? "static"
@@ -169,7 +171,7 @@ void NodeAgent::start_interpreter_probe() {
       plan_.command.interpreter, std::move(env),
       [this](const std::optional<InterpreterInfo>& info) {
         asio::post(io_, [this, info] {
-          if (!info || stopped_) return;
+          if (!info || done()) return;
           log_->info("the workers run {}: {}", info->executable, describe_python(*info));
         });
       });
@@ -217,10 +219,8 @@ void NodeAgent::start_observer() {
 }
 
 AgentView NodeAgent::observed() const {
-  static constexpr const char* kPhases[] = {"starting",  "rendezvous", "running",
-                                            "finishing", "stopping",   "done"};
   AgentView v;
-  v.phase = kPhases[static_cast<int>(agent_.phase())];
+  v.phase = phase_name(agent_.phase());
   v.running = agent_.phase() == Agent::Phase::kRunning && group_ != nullptr;
   v.round = assignment_.round;
   v.restarts = agent_.restart_count();
@@ -260,14 +260,14 @@ void NodeAgent::start_file_timer() {
 
 int NodeAgent::run() {
   start();
-  while (!stopped_ && io_.run_one() > 0) {
+  while (!done() && io_.run_one() > 0) {
   }
   return exit_code_;
 }
 
 void NodeAgent::wait_for_signals() {
   signals_.async_wait([this](std::error_code ec, int sig) {
-    if (ec || stopped_) return;
+    if (ec || done()) return;
     on_signal(sig);
     wait_for_signals();
   });
@@ -275,7 +275,7 @@ void NodeAgent::wait_for_signals() {
 
 void NodeAgent::signal(int sig) {
   asio::post(io_, [this, sig] {
-    if (!stopped_) on_signal(sig);
+    if (!done()) on_signal(sig);
   });
 }
 
@@ -294,10 +294,10 @@ void NodeAgent::on_signal(int sig) {
     if (group_) group_->signal(sig);
     return;
   }
-  if (finishing_) {
-    // The job is over and only the summary or the exit barrier remain: leave now.
+  if (agent_.ending()) {
+    // The job is over and only the summary, the exit barrier or the abort's grace remain.
     log_->warn("received {} while finishing: exiting", signal_name(sig));
-    shut_down();
+    handle(agent_.on_signal(sig));
     return;
   }
   log_->warn("received {}: stopping the workers", signal_name(sig));
@@ -316,13 +316,15 @@ std::set<pid_t> NodeAgent::keep_pids() const {
 
 std::function<void(std::exception_ptr)> NodeAgent::fatal_on_error(std::string what) {
   return [this, what](std::exception_ptr err) {
-    if (err && !stopped_) handle(agent_.on_fatal(what + " failed: " + describe(err)));
+    if (err && !done()) handle(agent_.on_fatal(what + " failed: " + describe(err)));
   };
 }
 
 void NodeAgent::handle(std::vector<Action> actions) {
   for (auto& a : actions) {
-    if (stopped_) return;
+    // An action's own events (a worker that could not be prepared) may have ended the node
+    // already: the rest of this batch has nothing left to act on.
+    if (torn_down()) return;
     std::visit(
         [&](auto& act) {
           using T = std::decay_t<decltype(act)>;
@@ -344,15 +346,33 @@ void NodeAgent::handle(std::vector<Action> actions) {
             bound_the_others(act.round);
           } else if constexpr (std::is_same_v<T, action::PublishAbort>) {
             rdzv_->stop_keep_alive();
-            abort_pending_ = true;
             rdzv_->publish_abort(act.round, assignment_.node_rank, act.detail,
                                  [this](std::exception_ptr) {
-                                   abort_pending_ = false;
-                                   // Stopped here and only waiting for the abort to land: go.
-                                   if (leaving_) shut_down();
+                                   if (!done()) handle(agent_.on_abort_published());
                                  });
           } else if constexpr (std::is_same_v<T, action::Finish>) {
             finish(act);
+          } else if constexpr (std::is_same_v<T, action::CollectFailures>) {
+            rdzv_->collect_failures(act.round, assignment_.nnodes,
+                                    [this](std::exception_ptr err, std::vector<WorkerFailure> all) {
+                                      if (done()) return;
+                                      std::optional<std::vector<WorkerFailure>> collected;
+                                      if (!err) collected = std::move(all);
+                                      handle(agent_.on_failures_collected(std::move(collected)));
+                                    });
+          } else if constexpr (std::is_same_v<T, action::Report>) {
+            report(act.finish, std::move(act.failures));
+          } else if constexpr (std::is_same_v<T, action::ExitBarrier>) {
+            // The agent hosting the store keeps it up until every node has read the outcome.
+            finish_timer_->start(act.deadline, [this] { handle(agent_.on_finish_deadline()); });
+            rdzv_->exit_barrier(act.round, assignment_.nnodes, plan_.config.exit_barrier_timeout,
+                                [this](std::exception_ptr) {
+                                  if (!done()) handle(agent_.on_exit_barrier_done());
+                                });
+          } else if constexpr (std::is_same_v<T, action::AwaitAbort>) {
+            finish_timer_->start(act.grace, [this] { handle(agent_.on_finish_deadline()); });
+          } else if constexpr (std::is_same_v<T, action::ShutDown>) {
+            shut_down();
           }
         },
         a);
@@ -388,7 +408,7 @@ void NodeAgent::rendezvous(int after_round) {
   rdzv_->join(after_round, self, [this](std::exception_ptr err, RankAssignment a) {
     progress_timer_->cancel();
     lobby_timer_->cancel();
-    if (stopped_) return;
+    if (done()) return;
     if (err) {
       handle(agent_.on_fatal(describe(err)));
       return;
@@ -403,7 +423,7 @@ void NodeAgent::rendezvous(int after_round) {
           handle(agent_.on_outcome(round, o));
         },
         [this](std::string e) {
-          if (!finishing_ && !stopped_) handle(agent_.on_fatal(e));
+          if (!done()) handle(agent_.on_fatal(e));
         });
     handle(agent_.on_rendezvous_done(a));
   });
@@ -421,7 +441,7 @@ void NodeAgent::lobby_tick() {
   self.at = wall_clock_now();
   rdzv_->announce_waiting(self, [this, self](std::exception_ptr err,
                                              std::vector<lobby::Waiting> others) {
-    if (err || stopped_ || !lobby_timer_->armed()) return;
+    if (err || done() || !lobby_timer_->armed()) return;
     // Nodes of two jobs starting together meet their own within a second or two: only a wait of
     // a few seconds on both sides is worth a word.
     constexpr double kWorthSaying = 2.0;
@@ -526,7 +546,7 @@ void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outco
   }
   group_ = std::make_unique<WorkerGroup>(io_, clock_, spawner_, std::move(spec), std::move(events));
   rdzv_->start_keep_alive(a, [this](std::string why) {
-    if (!stopped_) handle(agent_.on_fatal(why));
+    if (!done()) handle(agent_.on_fatal(why));
   });
   group_->start();
   worker_pids_ = group_->running_pids();
@@ -580,7 +600,6 @@ void NodeAgent::kill_workers() {
 }
 
 void NodeAgent::finish(const action::Finish& f) {
-  finishing_ = true;
   exit_code_ = f.exit_code;
   stop_timer_->cancel();
   wait_timer_->cancel();
@@ -591,40 +610,6 @@ void NodeAgent::finish(const action::Finish& f) {
   }
   events_.agent(f.failed ? "FAILED" : "SUCCEEDED", assignment_.node_rank, assignment_.nnodes,
                 agent_.restart_count(), f.reason);
-  if (f.signal != 0 || !f.reason.empty()) {
-    // Stopped here (a signal, a lost store): the store may be unreachable or busy with a call
-    // that will not return; say what is known and go, after a moment for the abort to land.
-    report(f, f.local_failures);
-    if (!abort_pending_) {
-      shut_down();
-      return;
-    }
-    leaving_ = true;
-    finish_timer_->start(std::chrono::duration_cast<std::chrono::milliseconds>(kAbortGrace),
-                         [this] { shut_down(); });
-    return;
-  }
-  auto after_report = [this] {
-    // The agent hosting the store keeps it up until every node has read the outcome.
-    finish_timer_->start(plan_.config.exit_barrier_timeout + 5s, [this] { shut_down(); });
-    rdzv_->exit_barrier(agent_.round(), assignment_.nnodes, plan_.config.exit_barrier_timeout,
-                        [this](std::exception_ptr) { shut_down(); });
-  };
-  const bool consult = f.failed && !(f.outcome && f.outcome->kind == Outcome::kAborted) &&
-                       (f.outcome || !f.local_failures.empty());
-  if (!consult) {
-    if (f.failed) report(f, {});
-    after_report();
-    return;
-  }
-  rdzv_->collect_failures(
-      agent_.round(), assignment_.nnodes,
-      [this, f, after_report](std::exception_ptr err, std::vector<WorkerFailure> all) {
-        if (stopped_) return;
-        if (err || all.empty()) all = f.local_failures;
-        report(f, std::move(all));
-        after_report();
-      });
 }
 
 void NodeAgent::report(const action::Finish& f, std::vector<WorkerFailure> failures) {
@@ -667,8 +652,6 @@ void NodeAgent::report(const action::Finish& f, std::vector<WorkerFailure> failu
 }
 
 void NodeAgent::shut_down() {
-  if (stopped_) return;
-  stopped_ = true;
   stop_timer_->cancel();
   finish_timer_->cancel();
   wait_timer_->cancel();

@@ -2,8 +2,8 @@
 // the Agent (agent.h, the only state machine) decides; the JobRendezvous (static or elastic)
 // talks to the store; the WorkerGroup of the current round runs the workers; the console writes
 // without blocking; signals, timers and store replies become the Agent's events, and its actions
-// are carried out here. Every way the job ends passes through the Agent's Finish action, which
-// prints the summary.
+// are carried out here. Every way the job ends passes through the Agent's Finish action and the
+// ending's steps after it (the summary, the exit barrier), each an Agent action; ShutDown ends it.
 //
 // Launcher (cohort/launch/launcher.h) runs one for real. Tests build one with NodeAgentDeps: a
 // fake ProcessSpawner, a manual clock, an in-process store and their own loop, so that whole
@@ -65,7 +65,8 @@ class NodeAgent {
   // start(), then runs its own loop until the job is over; returns the exit status (0, 1, 128+N).
   int run();
 
-  bool done() const { return stopped_; }
+  // The job is over on this node and the node is torn down (the Agent's ShutDown).
+  bool done() const { return agent_.phase() == Agent::Phase::kDone; }
   int exit_code() const { return exit_code_; }
   // As if cohortrun received `sig` (tests; real signals arrive through the signal set).
   void signal(int sig);
@@ -83,6 +84,8 @@ class NodeAgent {
   void finish(const action::Finish& f);
   void report(const action::Finish& f, std::vector<WorkerFailure> failures);
   void shut_down();
+  // shut_down() has run: the store bridge, the group and the observer are gone.
+  bool torn_down() const { return rdzv_ == nullptr; }
   void wait_for_signals();
   void on_signal(int sig);
   // A store call's error handler: the job cannot go on without it.
@@ -133,7 +136,7 @@ class NodeAgent {
   EventLog events_;
   std::vector<pid_t> worker_pids_;  // this round's, by local rank
   std::unique_ptr<LoopTimer> stop_timer_;
-  std::unique_ptr<LoopTimer> finish_timer_;
+  std::unique_ptr<LoopTimer> finish_timer_;    // the ending's deadlines (barrier, abort grace)
   std::unique_ptr<LoopTimer> wait_timer_;      // --wait-after-first-exit
   std::unique_ptr<LoopTimer> progress_timer_;  // lines while a rendezvous is pending
   // Elastic: every kLobbyInterval while joining, this node says in the store's lobby that it
@@ -143,10 +146,6 @@ class NodeAgent {
   double join_wall_started_ = 0;  // seconds since the epoch, as the lobby's records are
   std::set<std::string> told_of_runs_;
   Clock::time_point join_started_;
-  bool finishing_ = false;      // the Agent said Finish; summary and barrier under way
-  bool abort_pending_ = false;  // an abort is on its way to the store
-  bool leaving_ = false;        // stopped here: exit once the abort landed (or its grace ended)
-  bool stopped_ = false;
   int exit_code_ = 0;
   // Last: it reads the group, the rendezvous and the GPU monitor above (real processes only).
   std::unique_ptr<NodeObserver> observer_;

@@ -217,5 +217,218 @@ TEST(Agent, StaleOutcomesAndUnknownWorkersAreIgnored) {
   EXPECT_TRUE(agent.on_rendezvous_done(assignment(0)).empty());  // not a new round
 }
 
+// ---- how a job ends on this node (the Agent's file comment) -------------------------------------
+
+// The kinds of `actions`, in order, for comparing whole sequences.
+std::vector<size_t> kinds(const std::vector<Action>& actions) {
+  std::vector<size_t> k;
+  for (const auto& a : actions) k.push_back(a.index());
+  return k;
+}
+template <typename... T>
+std::vector<size_t> kinds_of() {
+  return {Action(T{}).index()...};
+}
+
+// The round failed, with no restart left for a job of ending_options().
+Outcome failed_for_good() {
+  Outcome o = outcome(Outcome::kFailed);
+  o.restarts = 1;
+  return o;
+}
+
+AgentOptions ending_options(int max_restarts = 0) {
+  AgentOptions o;
+  o.max_restarts = max_restarts;
+  o.term_timeout = std::chrono::seconds(1);
+  o.exit_barrier_timeout = std::chrono::seconds(40);
+  o.abort_grace = std::chrono::milliseconds(800);
+  return o;
+}
+
+TEST(AgentEnding, ASuccessPassesTheExitBarrierThenShutsDown) {
+  Agent agent(ending_options());
+  agent.start();
+  agent.on_rendezvous_done(assignment(0, 1));
+  agent.on_worker_exited(0, std::nullopt);
+  auto acts = agent.on_outcome(0, outcome(Outcome::kSucceeded));
+  EXPECT_EQ(kinds(acts), (kinds_of<action::Finish, action::ExitBarrier>()));
+  auto barrier = find<action::ExitBarrier>(acts);
+  EXPECT_EQ(barrier->round, 0);
+  EXPECT_EQ(barrier->deadline, std::chrono::seconds(40) + Agent::kExitBarrierMargin);
+  EXPECT_EQ(agent.phase(), Agent::Phase::kExitBarrier);
+  EXPECT_TRUE(agent.ending());
+  // Late events of the finished round change nothing.
+  EXPECT_TRUE(agent.on_fatal("lost the store").empty());
+  EXPECT_TRUE(agent.on_failures_collected(std::nullopt).empty());
+  EXPECT_TRUE(agent.on_abort_published().empty());
+  EXPECT_EQ(kinds(agent.on_exit_barrier_done()), kinds_of<action::ShutDown>());
+  EXPECT_EQ(agent.phase(), Agent::Phase::kDone);
+  EXPECT_TRUE(agent.on_finish_deadline().empty());
+  EXPECT_TRUE(agent.on_signal(SIGTERM).empty());
+}
+
+TEST(AgentEnding, AnExitBarrierThatNeverCompletesEndsAtItsDeadline) {
+  Agent agent(ending_options());
+  agent.start();
+  agent.on_rendezvous_done(assignment(0, 1));
+  agent.on_worker_exited(0, std::nullopt);
+  agent.on_outcome(0, outcome(Outcome::kSucceeded));
+  EXPECT_EQ(kinds(agent.on_finish_deadline()), kinds_of<action::ShutDown>());
+  EXPECT_TRUE(agent.on_exit_barrier_done().empty());  // too late: already done
+}
+
+TEST(AgentEnding, AFailedJobCollectsEveryNodesFailuresReportsThemThenPassesTheBarrier) {
+  Agent agent(ending_options());
+  agent.start();
+  agent.on_rendezvous_done(assignment(0));
+  auto acts = agent.on_worker_exited(1, failure(1, 3));
+  agent.on_worker_exited(0, failure(0, -15));  // stopped by the agent
+  acts = agent.on_outcome(0, failed_for_good());
+  auto fin = find<action::Finish>(acts);
+  ASSERT_TRUE(fin);
+  EXPECT_EQ(fin->exit_code, 1);
+  ASSERT_EQ(fin->local_failures.size(), 1u);
+  EXPECT_EQ(kinds(acts), (kinds_of<action::Finish, action::CollectFailures>()));
+  EXPECT_EQ(agent.phase(), Agent::Phase::kCollectingFailures);
+
+  WorkerFailure remote = failure(0, 7);
+  remote.global_rank = 5;
+  std::vector<WorkerFailure> all{fin->local_failures[0], remote};
+  acts = agent.on_failures_collected(all);
+  EXPECT_EQ(kinds(acts), (kinds_of<action::Report, action::ExitBarrier>()));
+  auto report = find<action::Report>(acts);
+  ASSERT_EQ(report->failures.size(), 2u);
+  EXPECT_EQ(report->failures[1].global_rank, 5);
+  EXPECT_EQ(report->finish.exit_code, 1);
+  EXPECT_EQ(kinds(agent.on_exit_barrier_done()), kinds_of<action::ShutDown>());
+}
+
+TEST(AgentEnding, FailuresThatCannotBeCollectedAreReportedFromThisNode) {
+  Agent agent(ending_options());
+  agent.start();
+  agent.on_rendezvous_done(assignment(0, 1));
+  agent.on_worker_exited(0, failure(0, 2));
+  auto acts = agent.on_outcome(0, failed_for_good());
+  ASSERT_TRUE(find<action::CollectFailures>(acts));
+  for (auto collected : {std::optional<std::vector<WorkerFailure>>(),
+                         std::optional<std::vector<WorkerFailure>>(std::vector<WorkerFailure>{})}) {
+    Agent again(ending_options());
+    again.start();
+    again.on_rendezvous_done(assignment(0, 1));
+    again.on_worker_exited(0, failure(0, 2));
+    again.on_outcome(0, failed_for_good());
+    auto report = find<action::Report>(again.on_failures_collected(collected));
+    ASSERT_TRUE(report);
+    ASSERT_EQ(report->failures.size(), 1u);
+    EXPECT_EQ(report->failures[0].exit_code, 2);
+  }
+}
+
+TEST(AgentEnding, AJobAbortedElsewhereReportsWithoutCollectingAndPassesTheBarrier) {
+  Agent agent(ending_options());
+  agent.start();
+  agent.on_rendezvous_done(assignment(0, 1));
+  Outcome aborted = outcome(Outcome::kAborted, 1);
+  aborted.detail = "SIGTERM received";
+  agent.on_outcome(0, aborted);
+  auto acts = agent.on_worker_exited(0, failure(0, -15));
+  EXPECT_EQ(kinds(acts), (kinds_of<action::Finish, action::Report, action::ExitBarrier>()));
+  EXPECT_TRUE(find<action::Report>(acts)->failures.empty());
+}
+
+TEST(AgentEnding, ASignalHereReportsAtOnceAndLeavesWhenTheAbortHasLanded) {
+  Agent agent(ending_options());
+  agent.start();
+  agent.on_rendezvous_done(assignment(0, 1));
+  auto acts = agent.on_signal(SIGINT);
+  EXPECT_TRUE(find<action::PublishAbort>(acts));
+  acts = agent.on_worker_exited(0, failure(0, -SIGINT));
+  EXPECT_EQ(kinds(acts), (kinds_of<action::Finish, action::Report, action::AwaitAbort>()));
+  EXPECT_EQ(find<action::AwaitAbort>(acts)->grace, std::chrono::milliseconds(800));
+  EXPECT_EQ(find<action::Finish>(acts)->exit_code, 128 + SIGINT);
+  EXPECT_EQ(agent.phase(), Agent::Phase::kLeaving);
+  EXPECT_EQ(kinds(agent.on_abort_published()), kinds_of<action::ShutDown>());
+}
+
+TEST(AgentEnding, AnAbortThatNeverLandsIsWaitedForOnlyItsGrace) {
+  Agent agent(ending_options());
+  agent.start();
+  agent.on_rendezvous_done(assignment(0, 1));
+  agent.on_signal(SIGTERM);
+  agent.on_worker_exited(0, failure(0, -SIGTERM));
+  EXPECT_EQ(kinds(agent.on_finish_deadline()), kinds_of<action::ShutDown>());
+}
+
+TEST(AgentEnding, AnAbortThatLandedBeforeTheEndShutsDownWithoutWaiting) {
+  Agent agent(ending_options());
+  agent.start();
+  agent.on_rendezvous_done(assignment(0, 1));
+  agent.on_fatal("lost the store");
+  EXPECT_TRUE(agent.on_abort_published().empty());  // the workers still stop
+  auto acts = agent.on_worker_exited(0, failure(0, -SIGTERM));
+  EXPECT_EQ(kinds(acts), (kinds_of<action::Finish, action::Report, action::ShutDown>()));
+  EXPECT_EQ(find<action::Finish>(acts)->reason, "lost the store");
+}
+
+TEST(AgentEnding, ASignalWhileEndingLeavesAtOnceFromEveryStep) {
+  auto collecting = [] {
+    auto a = std::make_unique<Agent>(ending_options());
+    a->start();
+    a->on_rendezvous_done(assignment(0, 1));
+    a->on_worker_exited(0, failure(0, 4));
+    a->on_outcome(0, failed_for_good());
+    return a;
+  };
+  auto barrier = [] {
+    auto a = std::make_unique<Agent>(ending_options());
+    a->start();
+    a->on_rendezvous_done(assignment(0, 1));
+    a->on_worker_exited(0, std::nullopt);
+    a->on_outcome(0, outcome(Outcome::kSucceeded));
+    return a;
+  };
+  auto leaving = [] {
+    auto a = std::make_unique<Agent>(ending_options());
+    a->start();
+    a->on_rendezvous_done(assignment(0, 1));
+    a->on_signal(SIGTERM);
+    a->on_worker_exited(0, failure(0, -SIGTERM));
+    return a;
+  };
+  for (auto make : {+collecting, +barrier, +leaving}) {
+    auto agent = make();
+    ASSERT_TRUE(agent->ending());
+    EXPECT_EQ(kinds(agent->on_signal(SIGINT)), kinds_of<action::ShutDown>());
+    EXPECT_EQ(agent->phase(), Agent::Phase::kDone);
+  }
+}
+
+TEST(AgentEnding, ShutDownIsAlwaysTheLastActionOfItsBatch) {
+  // Every path above gives ShutDown last; a NodeAgent tears itself down on it and acts on nothing
+  // after it. One more path: a fatal error whose abort landed while the workers stopped.
+  Agent agent(ending_options());
+  agent.start();
+  agent.on_rendezvous_done(assignment(0, 1));
+  agent.on_fatal("the rendezvous failed");
+  agent.on_abort_published();
+  auto acts = agent.on_worker_exited(0, failure(0, -SIGTERM));
+  ASSERT_FALSE(acts.empty());
+  EXPECT_TRUE(std::holds_alternative<action::ShutDown>(acts.back()));
+  for (size_t i = 0; i + 1 < acts.size(); ++i)
+    EXPECT_FALSE(std::holds_alternative<action::ShutDown>(acts[i]));
+}
+
+TEST(AgentEnding, EveryPhaseHasTheNameObserversShowAndTheEndingReadsAsDone) {
+  using P = Agent::Phase;
+  EXPECT_STREQ(phase_name(P::kIdle), "starting");
+  EXPECT_STREQ(phase_name(P::kRendezvous), "rendezvous");
+  EXPECT_STREQ(phase_name(P::kRunning), "running");
+  EXPECT_STREQ(phase_name(P::kAwaitingOutcome), "finishing");
+  EXPECT_STREQ(phase_name(P::kStopping), "stopping");
+  for (P p : {P::kCollectingFailures, P::kLeaving, P::kExitBarrier, P::kDone})
+    EXPECT_STREQ(phase_name(p), "done");
+}
+
 }  // namespace
 }  // namespace cohort::launch

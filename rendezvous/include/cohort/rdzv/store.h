@@ -53,18 +53,24 @@ class Store {
   // Removes `key`; true iff it existed.
   virtual bool delete_key(std::string_view key) = 0;
 
-  // Number of keys in the whole store (PyTorch counts its internal "init/" key too).
-  virtual int64_t num_keys() = 0;
+  // ---- optional: a backend overrides these when it can do better (fewer round trips, one atomic
+  // step); the defaults are built from the operations above, as gloo's Store does.
 
-  // get() of several keys in one round trip (waits for all of them, up to timeout()).
-  virtual std::vector<std::string> multi_get(std::span<const std::string> keys) = 0;
+  // Number of keys in the whole store (PyTorch counts its internal "init/" key too). The default
+  // throws StoreError: counting needs the backend.
+  virtual int64_t num_keys();
 
-  // set() of several pairs in one round trip. REQUIRES: keys.size() == values.size().
-  virtual void multi_set(std::span<const std::string> keys,
-                         std::span<const std::string> values) = 0;
+  // get() of several keys (waits for all of them, up to timeout()). The default waits for them
+  // all, then gets them one by one: one round trip each.
+  virtual std::vector<std::string> multi_get(std::span<const std::string> keys);
 
-  // Appends `value` to the bytes under `key`, creating it if missing; wakes waiters.
-  virtual void append(std::string_view key, std::string_view value) = 0;
+  // set() of several pairs. REQUIRES: keys.size() == values.size(). The default sets them one by
+  // one, so a reader may see some before the others.
+  virtual void multi_set(std::span<const std::string> keys, std::span<const std::string> values);
+
+  // Appends `value` to the bytes under `key`, creating it if missing; wakes waiters. The default
+  // retries compare_set until no other writer came between its read and its write.
+  virtual void append(std::string_view key, std::string_view value);
 
   // Deadline for get(), multi_get() and the one-argument wait().
   virtual std::chrono::milliseconds timeout() const = 0;
