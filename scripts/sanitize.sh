@@ -2,8 +2,10 @@
 # Builds the suite with sanitizers and runs it.
 #
 #   scripts/sanitize.sh asan [ctest args]   AddressSanitizer + UndefinedBehaviorSanitizer (and
-#                                           LeakSanitizer), build-asan/, the whole suite
+#                                           LeakSanitizer), build-asan/, labels
+#                                           unit|store|launcher|runtime|trainers (ASAN_LABELS)
 #   scripts/sanitize.sh tsan [ctest args]   ThreadSanitizer, build-tsan/, labels store|launcher|runtime
+# Without ctest arguments only what those labels' tests need is built.
 #
 # CUDA is off (sanitizers and the CUDA runtime do not mix; GPU tests run in scripts/gpu_check.sh).
 # Every report is an error: UBSan is compiled with -fno-sanitize-recover, and the *SAN_OPTIONS
@@ -33,26 +35,33 @@ JOBS=${COHORT_JOBS:-2}
 
 # Tests excluded per mode: a ctest -E regex each, with the reason. Keep this list short and
 # explained; an entry here is a test the sanitizer cannot judge, not a failure to hide.
+# Under ASan, the labels whose tests run cohort's own code in ways the release stage's tests do
+# not already repeat: the pure parts (unit), cohortd under its clients (store), cohortrun on
+# real processes (launcher), libcohort's collectives (runtime) and the trainers' layers
+# (trainers). Left out: labels whose time is PyTorch's, Slurm's, etcd's or a network namespace's
+# (interop, elastic, netns, etcd, slurm, faults), the crash check's minute of SIGKILLs, the
+# packages and the bare GPU root (they build and install what ships, never the sanitized build),
+# and the GPU (none here). The release stage runs every one of them; cohortd's side of PyTorch's
+# requests still runs here through the store label's own clients.
+ASAN_LABELS='unit|store|launcher|runtime|trainers'
+ASAN_EXCLUDE_LABELS='^(interop|elastic|netns|etcd|slurm|faults|crashcheck|packaging|bareroot|gpu)$'
+ASAN_EXCLUDE_LABELS_REASON="their time is PyTorch's, Slurm's, etcd's, the network namespaces' or
+   a package build's, and the release stage runs them; the code of cohort they reach runs here
+   under the labels above"
 ASAN_EXCLUDE=(
   '^ErrorFile\.FatalSignalIsWrittenInTorchrunFormat$'
-  '^Training\.FmnistOneEpochWithTwoRanks$'
-  '^interop\.torchrun_agents_on_cohortd\.'
+  '^Training\.(Fmnist(OneEpoch|Average|Evaluates|InBf16|Resume|ResumesAt|ResumesExactly)|Gpt|Plain|Plot)'
+  '^Launch\.'
 )
 ASAN_REASONS=(
   "the worker segfaults on purpose to check the runtime's fatal-signal handler; ASan takes the
    SIGSEGV first, reports it and aborts, so the handler sees SIGABRT (run it in scripts/test.sh)"
-  "a whole epoch runs the same layers, optimizer, loader and allreduce as
-   Training.FmnistLearnsInTwoHundredSteps, which runs here, only 30 times longer (minutes under
-   ASan); the epoch's accuracy is the release stage's to judge"
-  "torchrun agents (Python) rendezvousing on cohortd: nearly all the time is PyTorch's; cohortd's
-   side of the same requests runs here in interop.torch_client_vs_cohortd and
-   interop.store_differential"
+  "whole training runs repeat the layers, optimizer, loader and allreduce that
+   Training.FmnistLearnsInTwoHundredSteps runs here, many times longer (minutes each under ASan);
+   their numbers are the release stage's to judge"
+  "the trainers under cohortrun: cohortrun runs here under the launcher label, the trainer's
+   steps in Training.FmnistLearnsInTwoHundredSteps"
 )
-# Labels left out under ASan, with the reason.
-ASAN_EXCLUDE_LABELS='^packaging$'
-ASAN_EXCLUDE_LABELS_REASON="the packaging tests build what they install themselves (the wheel's
-   CMake build, the Debian packages' CPU build) or install the release build: what ships is never
-   the sanitized build (run them in scripts/test.sh's release stage)"
 TSAN_EXCLUDE=()
 TSAN_REASONS=()
 
@@ -63,7 +72,7 @@ case "$MODE" in
     DEFAULT_CXX=g++
     BUILD=${COHORT_SAN_BUILD_DIR:-build-asan}
     SANITIZE=address,undefined
-    LABELS=""
+    LABELS=$ASAN_LABELS
     EXCLUDE=("${ASAN_EXCLUDE[@]}")
     REASONS=("${ASAN_REASONS[@]}")
     EXCLUDE_LABELS=$ASAN_EXCLUDE_LABELS
@@ -119,8 +128,16 @@ if ! cmake "${cfg[@]}" >"$BUILD/configure.log" 2>&1; then
   echo "sanitize: configure failed" >&2
   exit 2
 fi
-# gtest_discover_tests runs the sanitized test binaries during the build to list their tests.
-if ! ASAN_OPTIONS=detect_leaks=0 cmake --build "$BUILD" -j"$JOBS"; then
+# Only what the mode's labels' tests need (the label's build target), unless ctest arguments were
+# given (then everything). gtest_discover_tests runs the sanitized test binaries during the build
+# to list their tests.
+targets=(all)
+if [ -n "$LABELS" ] && [ $# -eq 0 ]; then
+  targets=()
+  IFS='|' read -ra parts <<<"$LABELS"
+  for l in "${parts[@]}"; do targets+=("cohort_label_$l"); done
+fi
+if ! ASAN_OPTIONS=detect_leaks=0 cmake --build "$BUILD" -j"$JOBS" --target "${targets[@]}"; then
   echo "sanitize: build failed" >&2
   exit 2
 fi
