@@ -425,8 +425,36 @@ void NodeAgent::rendezvous(int after_round) {
         [this](std::string e) {
           if (!done()) handle(agent_.on_fatal(e));
         });
-    handle(agent_.on_rendezvous_done(a));
+    if (!relays_workers()) {
+      handle(agent_.on_rendezvous_done(a));
+      return;
+    }
+    // The round's workers will dial this node's relay (docs/RELAY.md), made before they start.
+    rdzv_->open_relay(a, [this, a](std::optional<HostPort> relay, std::string why_not) {
+      if (done() || torn_down()) return;
+      const HostPort store = rdzv_->worker_store(a);
+      if (relay) {
+        log_->info(
+            "store relay: the workers reach round {}'s store at {} through this node's "
+            "relay at {}",
+            a.round, store.to_string(), relay->to_string());
+      } else if (!relay_refusal_said_) {
+        relay_refusal_said_ = true;
+        log_->warn("store relay off: {}; the workers dial the store at {} themselves", why_not,
+                   store.to_string());
+      }
+      handle(agent_.on_rendezvous_done(a));
+    });
   });
+}
+
+bool NodeAgent::relays_workers() const {
+  const LaunchConfig& c = plan_.config;
+  // auto: where the store's connections start to matter. Smaller jobs keep MASTER_ADDR the
+  // store's own address, exactly as under torchrun.
+  return c.store_relay == StoreRelay::kOn ||
+         (c.store_relay == StoreRelay::kAuto &&
+          static_cast<int64_t>(c.max_nodes) * plan_.nproc >= kAutoRelayRanks);
 }
 
 void NodeAgent::lobby_tick() {
@@ -503,7 +531,8 @@ void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outco
   GroupSpec spec;
   try {
     spec =
-        make_group_spec(plan_, env_, a, rdzv_->worker_store(a), agent_id(), previous, *out_, *err_);
+        make_group_spec(plan_, env_, a, rdzv_->relay_of(a.round).value_or(rdzv_->worker_store(a)),
+                        agent_id(), previous, *out_, *err_);
   } catch (const std::exception& e) {
     handle(agent_.on_fatal(std::string("cannot prepare the workers: ") + e.what()));
     return;

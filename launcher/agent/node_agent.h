@@ -77,6 +77,10 @@ class NodeAgent {
   void handle(std::vector<Action> actions);
   void rendezvous(int after_round);
   void start_workers(const RankAssignment& a, const std::optional<Outcome>& previous);
+  // --store-relay: whether this node's workers reach their store through its relay (auto: for
+  // jobs that may have kAutoRelayRanks ranks or more).
+  bool relays_workers() const;
+  static constexpr int64_t kAutoRelayRanks = 1024;
   void stop_workers(int sig, std::chrono::milliseconds grace);
   // SIGKILL to every worker; those still running kUnkillableGrace later are given up on.
   void kill_workers();
@@ -146,6 +150,7 @@ class NodeAgent {
   double join_wall_started_ = 0;  // seconds since the epoch, as the lobby's records are
   std::set<std::string> told_of_runs_;
   Clock::time_point join_started_;
+  bool relay_refusal_said_ = false;  // "store relay off" is said once a job
   int exit_code_ = 0;
   // Last: it reads the group, the rendezvous and the GPU monitor above (real processes only).
   std::unique_ptr<NodeObserver> observer_;

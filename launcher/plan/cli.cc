@@ -118,9 +118,10 @@ const std::vector<Flag>& flags() {
                        std::move(help), Origin::kTorchrun, true, std::move(apply),
                        std::move(choices)});
     };
-    auto own = [&](std::string name, std::string placeholder, std::string help, Apply apply) {
+    auto own = [&](std::string name, std::string placeholder, std::string help, Apply apply,
+                   std::string choices = {}) {
       t.push_back(Flag{std::move(name), "", std::move(placeholder), std::move(help),
-                       Origin::kCohort, false, std::move(apply)});
+                       Origin::kCohort, false, std::move(apply), std::move(choices)});
     };
     // ---- torchrun ------------------------------------------------------------------------------
     torch("--nnodes", "", "MIN:MAX",
@@ -409,6 +410,23 @@ const std::vector<Flag>& flags() {
           }
           c.allow_unauthenticated_from = v;
         });
+    own(
+        "--store-relay", "auto|on|off",
+        "Workers reach their round's store through this node's relay, one connection for the "
+        "node instead of one per worker (auto: for jobs that may have 1,024 ranks or more; "
+        "docs/RELAY.md)",
+        [](LaunchConfig& c, const std::string& v) {
+          if (v == "auto") {
+            c.store_relay = StoreRelay::kAuto;
+          } else if (v == "on") {
+            c.store_relay = StoreRelay::kOn;
+          } else if (v == "off") {
+            c.store_relay = StoreRelay::kOff;
+          } else {
+            bad("--store-relay", "'" + v + "' is none of auto, on, off");
+          }
+        },
+        "auto on off");
     own("--slurm", "",
         "Inside a Slurm allocation: nodes, node rank, master address and port, run id and workers "
         "per node from SLURM_* (flags given explicitly still win)",

@@ -24,6 +24,32 @@ JobRendezvous::Done JobRendezvous::unless_moved(Done done) {
   };
 }
 
+void JobRendezvous::open_relay(
+    const RankAssignment& a,
+    std::function<void(std::optional<HostPort> relay, std::string why_not)> done) {
+  auto result = std::make_shared<RoundRelays::Opened>();
+  const HostPort store = worker_store(a);
+  const int round = a.round;
+  bridge_->run(
+      [this, result, store, round](Store&) {
+        relays_.close_before(round);
+        // The port is not yet claimed job-wide (RoundRelays::Claim): the round's own store is
+        // what keeps rounds apart until then.
+        *result = relays_.open(round, store, [](int) { return true; });
+      },
+      [result, done = std::move(done)](std::exception_ptr err) {
+        if (err) {
+          try {
+            std::rethrow_exception(err);
+          } catch (const std::exception& e) {
+            done(std::nullopt, e.what());
+          }
+          return;
+        }
+        done(result->relay, result->why_not);
+      });
+}
+
 void JobRendezvous::move_store(StoreBridge::StoreFactory factory) {
   ++store_generation_;
   // The old bridge's destructor interrupts its blocked calls; what they post back is filtered

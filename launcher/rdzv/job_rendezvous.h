@@ -16,6 +16,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "failure/failure.h"
 #include "loop/loop_clock.h"
 #include "rdzv/lobby.h"
+#include "rdzv/round_relays.h"
 #include "rdzv/round_types.h"
 #include "rdzv/store_bridge.h"
 
@@ -84,6 +86,15 @@ class JobRendezvous {
   // Counts this node out; when it hosts the store, waits up to `timeout` for the others.
   void exit_barrier(int round, int nnodes, std::chrono::milliseconds timeout, Done done);
 
+  // Opens this node's relay to round `a.round`'s workers' store (rdzv/round_relays.h), off the
+  // loop, and closes this node's relays of earlier rounds (their workers have stopped: a node
+  // joins a round only after its workers of the last one ended). done(relay, why_not): where
+  // the round's workers dial, or, when the relay cannot work with that store, nothing and why.
+  void open_relay(const RankAssignment& a,
+                  std::function<void(std::optional<HostPort> relay, std::string why_not)> done);
+  // Where round `round`'s workers dial when this node relays for it.
+  std::optional<HostPort> relay_of(int round) const { return relays_.relay_of(round); }
+
  protected:
   StoreBridge& bridge() { return *bridge_; }
   // The rendezvous store moved (its host was lost and another node serves it now): every later
@@ -103,6 +114,8 @@ class JobRendezvous {
   // Wraps `done` so that an error from a store that has since been replaced is not reported.
   Done unless_moved(Done done);
 
+  // Declared before the bridge: the bridge's threads, which open relays, are joined first.
+  RoundRelays relays_;
   std::unique_ptr<StoreBridge> bridge_;
   int store_generation_ = 0;  // move_store() calls so far
   // The outcome watch, to re-arm on a new store.

@@ -3,6 +3,9 @@
 // memory, the nodes talk TCP (the hierarchical mode): every collective against the serial
 // reference, and a worker killed on node 2 named by everyone. Skipped unless root with iproute2.
 #include <sys/inotify.h>
+#include <sys/stat.h>
+
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -98,6 +101,61 @@ TEST_F(TwoHosts, EveryCollectiveMatchesTheSerialReference) {
     EXPECT_TRUE(workers_[r].exited_with(0)) << "rank " << r << ": " << workers_[r].stderr_text();
     EXPECT_NE(workers_[r].stdout_text().find("OK rank"), std::string::npos);
   }
+}
+
+// Under cohortrun, each node's workers reach the store through their node's relay
+// (docs/RELAY.md) and present the job's token through it (the relay holds none): every
+// collective still matches, TCP between the hosts included.
+TEST_F(TwoHosts, CohortrunNodesThroughRelaysWithATokenMatchTheSerialReference) {
+  const std::string token = dir_.path() + "/token";
+  {
+    std::ofstream(token) << "relay-netns-token-0123456789abcdef\n";
+    ::chmod(token.c_str(), 0600);
+  }
+  for (int node = 1; node <= 2; ++node) {  // in workers_, so that TearDown stops them
+    workers_.push_back(spawn({"/usr/bin/env",
+                              "ip",
+                              "netns",
+                              "exec",
+                              "cwrt-n" + std::to_string(node),
+                              COHORT_COHORTRUN,
+                              "--nnodes",
+                              "2",
+                              "--node-rank",
+                              std::to_string(node - 1),
+                              "--master-addr",
+                              "10.79.0.1",
+                              "--master-port",
+                              "29523",
+                              "--nproc-per-node",
+                              "2",
+                              "--store-relay",
+                              "on",
+                              "--auth-token-file",
+                              token,
+                              "--no-python",
+                              COHORT_TEST_WORKER,
+                              "collectives"},
+                             {{"COHORT_TEST_SLOT", "8192"}, {"COHORT_LOG_LEVEL", "info"}},
+                             dir_.path(), "node" + std::to_string(node)));
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(180);
+  std::string out, err;
+  for (auto& a : workers_) {
+    ASSERT_TRUE(wait_child(a, deadline)) << a.stderr_text();
+    EXPECT_TRUE(a.exited_with(0)) << a.stderr_text();
+    out += a.stdout_text();
+    err += a.stderr_text();
+  }
+  size_t oks = 0;
+  for (size_t at = out.find("OK rank"); at != std::string::npos; at = out.find("OK rank", at + 1))
+    ++oks;
+  EXPECT_EQ(oks, 4u) << out;
+  size_t relayed = 0;
+  for (size_t at = err.find("through this node's relay"); at != std::string::npos;
+       at = err.find("through this node's relay", at + 1))
+    ++relayed;
+  EXPECT_EQ(relayed, 2u) << err;
 }
 
 TEST_F(TwoHosts, WorkerKilledOnOneHostIsNamedOnBoth) {

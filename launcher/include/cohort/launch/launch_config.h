@@ -30,6 +30,9 @@ enum class RdzvBackend { kStatic, kC10d, kEtcd };
 
 // --numa-binding (torchrun 2.x): how a worker's CPUs and memory follow its GPU.
 enum class NumaBinding { kNone, kNode, kSocket, kExclusive, kCoreComplex };
+// --store-relay: whether the workers reach their round's store through this node's relay
+// (docs/RELAY.md). kAuto: for jobs that may have 1,024 ranks or more (nodes x workers per node).
+enum class StoreRelay { kAuto, kOn, kOff };
 
 struct LaunchConfig {
   // ---- the job --------------------------------------------------------------------------------
@@ -117,6 +120,7 @@ struct LaunchConfig {
   std::string auth_token;
   std::string allow_unauthenticated_from;
   bool slurm = false;  // --slurm or --nnodes slurm: derive the job's shape from SLURM_*
+  StoreRelay store_relay = StoreRelay::kAuto;
   // The interpreter of Python entry points: PYTHON_EXEC, else the python3 beside cohortrun when
   // it is installed in a virtual environment (the wheel), else python3 on PATH (the launcher
   // resolves it; cohort.run from the Python wheel sets PYTHON_EXEC to its sys.executable).
