@@ -467,14 +467,21 @@ class StoreRelay::Impl final : public std::enable_shared_from_this<StoreRelay::I
     acceptor_.close(ignored);
     link_.shutdown(tcp::socket::shutdown_both, ignored);
     link_.close(ignored);
+    const size_t workers = clients_.size();
     for (auto& [n, c] : clients_) {
       c->closed = true;
       c->socket.shutdown(tcp::socket::shutdown_both, ignored);
       c->socket.close(ignored);
     }
     clients_.clear();
-    if (!why.empty())
-      log_->warn("relay to {}: {}; its workers' connections are closed", store_address_, why);
+    // With workers connected this ends them, as losing the store would; without, it is the
+    // store closing at the end of its round.
+    if (!why.empty() && workers > 0) {
+      log_->warn("relay to {}: {}; its {} worker connection(s) are closed", store_address_, why,
+                 workers);
+    } else if (!why.empty()) {
+      log_->info("relay to {}: {}", store_address_, why);
+    }
     if (tell && on_lost_) on_lost_(why);
   }
 
