@@ -33,8 +33,7 @@ void JobRendezvous::open_relay(
   bridge_->run(
       [this, result, store, round](Store&) {
         relays_.close_before(round);
-        // The port is not yet claimed job-wide (RoundRelays::Claim): the round's own store is
-        // what keeps rounds apart until then.
+        // A port no earlier relay of this node used (RoundRelays); not yet claimed job-wide.
         *result = relays_.open(round, store, [](int) { return true; });
       },
       [result, done = std::move(done)](std::exception_ptr err) {

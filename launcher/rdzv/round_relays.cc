@@ -38,12 +38,18 @@ RoundRelays::Opened RoundRelays::open(int round, const HostPort& store, const Cl
     } catch (const rdzv::RelayUnavailable& e) {
       return {std::nullopt, e.what()};
     }
-    if (!claim(relay->port())) {
+    bool used;
+    {
+      std::lock_guard lock(mu_);
+      used = used_ports_.count(relay->port()) > 0;
+    }
+    if (used || !claim(relay->port())) {
       refused.push_back(std::move(relay));
       continue;
     }
     HostPort where{relay->host(), relay->port()};
     std::lock_guard lock(mu_);
+    used_ports_.insert(relay->port());
     relays_[round] = std::move(relay);
     return {where, {}};
   }

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,8 @@ class RoundRelays {
     std::string why_not;            // when `relay` is empty: why the relay cannot work here
   };
   // Opens round `round`'s relay to `store` (once: opening it again returns the same), its
-  // listener on a port `claim` accepts. Whatever `claim` throws passes through.
+  // listener on a port that no earlier relay of this object used and that `claim` accepts.
+  // Whatever `claim` throws passes through.
   Opened open(int round, const HostPort& store, const Claim& claim);
 
   // Where round `round`'s workers dial, when a relay of this node serves that round.
@@ -63,6 +65,7 @@ class RoundRelays {
  private:
   mutable std::mutex mu_;
   std::map<int, std::unique_ptr<rdzv::StoreRelayThread>> relays_;  // guarded by mu_
+  std::set<int> used_ports_;                                       // guarded by mu_
 };
 
 }  // namespace cohort::launch

@@ -13,8 +13,11 @@ std::unique_ptr<rdzv::StoreServerThread> host_store(const std::string& host, int
   so.port = static_cast<uint16_t>(port);
   so.auth_token = security.token;
   so.allow_unauthenticated = auth::parse_cidrs(security.allow_from_cidrs);
-  // This job's own store: every rank of a big node may connect from one address.
+  // This job's own store: every rank of a big node may connect from one address, and through
+  // relays (docs/RELAY.md) a job's workers are channels, not descriptors: a 100,000-rank job of
+  // PyTorch 1.13 workers (two connections each) needs 200,000 of them.
   so.max_connections_per_address = 0;
+  so.max_connections = 1'000'000;
   return std::make_unique<rdzv::StoreServerThread>(so);
 }
 
