@@ -4,13 +4,11 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "cohort/base/worker_env_names.h"
 #include "cohort/error.h"
+#include "workers/child_descriptors.h"
 
 namespace cohort::launch {
 namespace {
@@ -29,61 +27,6 @@ namespace {
 [[noreturn]] void fail(const char* call) {
   int e = errno;
   throw IoError(std::string(call) + ": " + std::strerror(e), e);
-}
-
-void close_fd(int& fd) {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
-}
-
-// The two ends of a stream: [0] read by cohortrun, [1] the worker's.
-struct Ends {
-  int read = -1;
-  int write = -1;
-  ~Ends() {
-    close_fd(read);
-    close_fd(write);
-  }
-};
-
-void make_pipe(Ends* e) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) fail("pipe2");
-  e->read = fds[0];
-  e->write = fds[1];
-}
-
-// A pseudo-terminal: the worker writes to the slave, cohortrun reads the master. Output
-// processing is off (no "\n" -> "\r\n"), so logs and the tail see what the worker wrote; the
-// window size is that of cohortrun's terminal, so progress bars get its width.
-void make_pty(Ends* e) {
-  int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-  if (master < 0) fail("posix_openpt");
-  e->read = master;
-  if (::grantpt(master) != 0 || ::unlockpt(master) != 0) fail("grantpt");
-  char name[128];
-  if (::ptsname_r(master, name, sizeof(name)) != 0) fail("ptsname_r");
-  int slave = ::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
-  if (slave < 0) fail("open (pty slave)");
-  e->write = slave;
-  termios t{};
-  if (::tcgetattr(slave, &t) == 0) {
-    t.c_oflag &= ~static_cast<tcflag_t>(OPOST);
-    t.c_lflag &= ~static_cast<tcflag_t>(ECHO);
-    ::tcsetattr(slave, TCSANOW, &t);
-  }
-  winsize ws{};
-  for (int fd : {STDERR_FILENO, STDOUT_FILENO}) {
-    if (::ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
-      ::ioctl(slave, TIOCSWINSZ, &ws);
-      break;
-    }
-  }
-}
-
-void make_stream(StreamMode mode, Ends* e) {
-  if (mode == StreamMode::kPipe) make_pipe(e);
-  if (mode == StreamMode::kPty) make_pty(e);
 }
 
 int pidfd_open(pid_t pid) {
@@ -215,22 +158,12 @@ pid_t start_child(ChildArgs* args, const ChildStack& stack) {
 }  // namespace
 
 SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
-  Ends out, err, hb;
-  make_stream(req.out, &out);
-  make_stream(req.err, &err);
-  if (req.heartbeat) {
-    make_pipe(&hb);
-    // The worker must never block on a beat: a full pipe just drops it.
-    ::fcntl(hb.write, F_SETFL, ::fcntl(hb.write, F_GETFL) | O_NONBLOCK);
-  }
+  ChildDescriptors fds(req);
   // Everything the child needs is built before it starts: it allocates nothing.
-  std::vector<std::string> env = req.env;
-  if (hb.write >= 0)
-    env.push_back(std::string(worker_env::kHeartbeatFd) + "=" + std::to_string(hb.write));
   std::vector<char*> argv, envp;
   for (const auto& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  for (const auto& e : fds.env()) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
   Binding bind;
@@ -254,9 +187,9 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
   ChildArgs args{argv.data(),
                  envp.data(),
                  ::getpid(),
-                 out.write,
-                 err.write,
-                 hb.write,
+                 fds.out_write(),
+                 fds.err_write(),
+                 fds.heartbeat_write(),
                  req.inherit_fds.data(),
                  req.inherit_fds.size(),
                  &bind,
@@ -279,13 +212,8 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
   }
 
   ::setpgid(pid, pid);  // also from the parent, so the group exists before we ever signal it
-  close_fd(out.write);
-  close_fd(err.write);
-  close_fd(hb.write);
-  SpawnedProcess p;
-  p.pid = pid;
-  p.pidfd = pidfd_open(pid);
-  if (p.pidfd < 0) {
+  const int pidfd = pidfd_open(pid);
+  if (pidfd < 0) {
     int e = errno;
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
@@ -293,11 +221,8 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
         std::string("pidfd_open: ") + std::strerror(e) + " (cohortrun needs Linux 5.3 or later)",
         e);
   }
-  ::fcntl(p.pidfd, F_SETFD, FD_CLOEXEC);
-  p.stdout_fd = std::exchange(out.read, -1);
-  p.stderr_fd = std::exchange(err.read, -1);
-  p.heartbeat_fd = std::exchange(hb.read, -1);
-  return p;
+  ::fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+  return fds.finish(pid, pidfd);
 }
 
 int PosixSpawner::reap(pid_t pid) {
