@@ -79,7 +79,8 @@ NodeAgent::NodeAgent(JobPlan plan, EnvMap env, NodeAgentDeps deps)
       finish_timer_(clock_.make_timer()),
       wait_timer_(clock_.make_timer()),
       progress_timer_(clock_.make_timer()),
-      lobby_timer_(clock_.make_timer()) {}
+      lobby_timer_(clock_.make_timer()),
+      fork_wait_timer_(clock_.make_timer()) {}
 
 NodeAgent::~NodeAgent() {
   probe_.reset();  // joins its thread: nothing is posted to the loop after this
@@ -135,8 +136,21 @@ void NodeAgent::start() {
     ::signal(SIGPIPE, SIG_IGN);  // a console or peer that went away is an error code, not death
     reaper_ = std::make_unique<Reaper>();  // before any thread exists
     start_worker_cgroup();
-    if (!become_child_subreaper())
+    const bool subreaper = become_child_subreaper();
+    if (!subreaper)
       log_->info("cannot become the child subreaper; escaped descendants are left to the reaper");
+    if (!plan_.fork_server_file.empty() && !subreaper) {
+      log_->warn(
+          "restarted workers are not forked from fork servers: a forked worker becomes "
+          "cohortrun's child only when cohortrun is the child subreaper");
+    } else if (!plan_.fork_server_file.empty()) {
+      ForkServersOptions o;
+      o.server_file = plan_.fork_server_file;
+      o.log_dir = plan_.log_root;
+      forks_ = std::make_unique<ForkServers>(
+          io_, spawner_, std::move(o), log_, [this](pid_t pid) { reaper_->watch(pid); },
+          [this](pid_t pid) { reaper_->forget(pid); });
+    }
     if (plan_.config.sweep_orphans) {
       if (int n = sweep_orphans(); n > 0)
         log_->warn("killed {} process(es) left behind by earlier cohortrun agents", n);
@@ -311,6 +325,8 @@ std::set<pid_t> NodeAgent::keep_pids() const {
   if (reaper_ && reaper_->pid() > 0) keep.insert(reaper_->pid());
   if (probe_ && probe_->pid() > 0) keep.insert(probe_->pid());
   if (rdzv_ && rdzv_->store_process() > 0) keep.insert(rdzv_->store_process());
+  if (forks_)
+    for (pid_t p : forks_->pids()) keep.insert(p);
   return keep;
 }
 
@@ -413,38 +429,56 @@ void NodeAgent::rendezvous(int after_round) {
       handle(agent_.on_fatal(describe(err)));
       return;
     }
-    rdzv_->watch_outcome(
-        a.round,
-        [this, round = a.round](Outcome o) {
-          if (o.kind != Outcome::kSucceeded && o.node_rank != assignment_.node_rank) {
-            log_->warn("round {} ended on node {}: {}", round, o.node_rank,
-                       o.detail.empty() ? "failed" : printable(o.detail, false));
-          }
-          handle(agent_.on_outcome(round, o));
-        },
-        [this](std::string e) {
-          if (!done()) handle(agent_.on_fatal(e));
-        });
-    if (!relays_workers()) {
-      handle(agent_.on_rendezvous_done(a));
+    if (forks_ && forks_->any_starting()) {
+      // A fork server still importing is ready sooner than a new interpreter would import torch
+      // (it started with the first round): the round's workers wait for it, within a bound.
+      log_->info("round {}: waiting for the fork servers to finish importing (at most {} s)",
+                 a.round, kForkServerWait.count() / 1000);
+      fork_wait_timer_->start(kForkServerWait, [this] {
+        if (forks_) forks_->abandon_starting(kForkServerWait);
+      });
+      forks_->when_settled([this, a] {
+        fork_wait_timer_->cancel();
+        if (!done() && !torn_down()) joined(a);
+      });
       return;
     }
-    // The round's workers will dial this node's relay (docs/RELAY.md), made before they start.
-    rdzv_->open_relay(a, [this, a](std::optional<HostPort> relay, std::string why_not) {
-      if (done() || torn_down()) return;
-      const HostPort store = rdzv_->worker_store(a);
-      if (relay) {
-        log_->info(
-            "store relay: the workers reach round {}'s store at {} through this node's "
-            "relay at {}",
-            a.round, store.to_string(), relay->to_string());
-      } else if (!relay_refusal_said_) {
-        relay_refusal_said_ = true;
-        log_->warn("store relay off: {}; the workers dial the store at {} themselves", why_not,
-                   store.to_string());
-      }
-      handle(agent_.on_rendezvous_done(a));
-    });
+    joined(a);
+  });
+}
+
+void NodeAgent::joined(const RankAssignment& a) {
+  rdzv_->watch_outcome(
+      a.round,
+      [this, round = a.round](Outcome o) {
+        if (o.kind != Outcome::kSucceeded && o.node_rank != assignment_.node_rank) {
+          log_->warn("round {} ended on node {}: {}", round, o.node_rank,
+                     o.detail.empty() ? "failed" : printable(o.detail, false));
+        }
+        handle(agent_.on_outcome(round, o));
+      },
+      [this](std::string e) {
+        if (!done()) handle(agent_.on_fatal(e));
+      });
+  if (!relays_workers()) {
+    handle(agent_.on_rendezvous_done(a));
+    return;
+  }
+  // The round's workers will dial this node's relay (docs/RELAY.md), made before they start.
+  rdzv_->open_relay(a, [this, a](std::optional<HostPort> relay, std::string why_not) {
+    if (done() || torn_down()) return;
+    const HostPort store = rdzv_->worker_store(a);
+    if (relay) {
+      log_->info(
+          "store relay: the workers reach round {}'s store at {} through this node's "
+          "relay at {}",
+          a.round, store.to_string(), relay->to_string());
+    } else if (!relay_refusal_said_) {
+      relay_refusal_said_ = true;
+      log_->warn("store relay off: {}; the workers dial the store at {} themselves", why_not,
+                 store.to_string());
+    }
+    handle(agent_.on_rendezvous_done(a));
   });
 }
 
@@ -573,11 +607,15 @@ void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outco
       if (file_timer_) file_timer_->forget(pid);
     };
   }
-  group_ = std::make_unique<WorkerGroup>(io_, clock_, spawner_, std::move(spec), std::move(events));
+  group_ = std::make_unique<WorkerGroup>(io_, clock_, spawner_, std::move(spec), std::move(events),
+                                         forks_.get());
   rdzv_->start_keep_alive(a, [this](std::string why) {
     if (!done()) handle(agent_.on_fatal(why));
   });
   group_->start();
+  // The first round's workers start as always; the fork servers import beside them, for the
+  // restarts (those already running are kept).
+  if (forks_) forks_->start(group_->spec());
   worker_pids_ = group_->running_pids();
   int lr = 0;
   for (pid_t pid : worker_pids_) {
@@ -632,6 +670,8 @@ void NodeAgent::finish(const action::Finish& f) {
   exit_code_ = f.exit_code;
   stop_timer_->cancel();
   wait_timer_->cancel();
+  fork_wait_timer_->cancel();
+  forks_.reset();  // no more rounds
   rdzv_->stop_keep_alive();
   if (!f.failed) {
     log_->info("all {} workers of node {} succeeded", assignment_.local_world_size,
@@ -686,10 +726,12 @@ void NodeAgent::shut_down() {
   wait_timer_->cancel();
   progress_timer_->cancel();
   lobby_timer_->cancel();
+  fork_wait_timer_->cancel();
   std::error_code ignored;
   signals_.cancel(ignored);
   observer_.reset();  // before what it reads
   group_.reset();
+  forks_.reset();
   if (deps_.real_process) {
     if (cgroup_) cgroup_->kill_and_wait(1000ms);
     kill_stray_children(keep_pids(), 1000ms);

@@ -30,6 +30,7 @@
 #include "plan/job_plan.h"
 #include "rdzv/job_rendezvous.h"
 #include "workers/file_timer.h"
+#include "workers/fork_servers.h"
 #include "workers/process_spawner.h"
 #include "workers/reaper.h"
 #include "workers/worker_cgroup.h"
@@ -76,6 +77,10 @@ class NodeAgent {
  private:
   void handle(std::vector<Action> actions);
   void rendezvous(int after_round);
+  // The rendezvous gave this node `a`: watch the round's outcome and start its workers.
+  void joined(const RankAssignment& a);
+  // How long a round's workers wait for fork servers still importing (fork_servers.h).
+  static constexpr std::chrono::milliseconds kForkServerWait{30000};
   void start_workers(const RankAssignment& a, const std::optional<Outcome>& previous);
   // --store-relay: whether this node's workers reach their store through its relay (auto: for
   // jobs that may have kAutoRelayRanks ranks or more).
@@ -130,6 +135,9 @@ class NodeAgent {
   std::unique_ptr<Reaper> reaper_;
   std::unique_ptr<WorkerCgroup> cgroup_;     // the workers' (real processes, where permitted)
   std::unique_ptr<InterpreterProbe> probe_;  // Python workers of real processes
+  // Restarted Python workers are forked from these (plan_.fork_server_file); before group_, which
+  // uses them.
+  std::unique_ptr<ForkServers> forks_;
   asio::signal_set signals_;
   Agent agent_;
   std::unique_ptr<JobRendezvous> rdzv_;
@@ -147,6 +155,7 @@ class NodeAgent {
   // waits, and learns of nodes waiting in other runs there (rdzv/lobby.h), once each.
   static constexpr std::chrono::milliseconds kLobbyInterval{2500};
   std::unique_ptr<LoopTimer> lobby_timer_;
+  std::unique_ptr<LoopTimer> fork_wait_timer_;  // bounds the wait for fork servers
   double join_wall_started_ = 0;  // seconds since the epoch, as the lobby's records are
   std::set<std::string> told_of_runs_;
   Clock::time_point join_started_;

@@ -8,6 +8,7 @@
 #include "cohort/base/metrics_endpoint.h"
 #include "cohort/base/parse.h"
 #include "cohort/base/version.h"
+#include "cohort/base/worker_env_names.h"
 #include "cohort/error.h"
 #include "cohort/rdzv/auth.h"
 
@@ -441,6 +442,12 @@ const std::vector<Flag>& flags() {
         [](LaunchConfig& c, const std::string& v) {
           c.sweep_orphans = !switch_value("--no-orphan-sweep", v);
         });
+    own("--no-fork-server", "",
+        "Start restarted Python workers with a new interpreter instead of forking them from the "
+        "per-rank fork server that imported torch while the job ran (also COHORT_FORK_SERVER=0)",
+        [](LaunchConfig& c, const std::string& v) {
+          c.fork_server = !switch_value("--no-fork-server", v);
+        });
     own("--gpu-preflight", "",
         "Before joining, check every GPU this node will use through NVML: visible, no other "
         "process holding memory, no uncorrected ECC error, Xid or failed row remap; a GPU that "
@@ -548,6 +555,14 @@ CliResult parse_cli(int argc, char** argv, const std::map<std::string, std::stri
   }
   if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end())
     c->log_line_prefix_template = it->second;
+  if (auto it = env.find(worker_env::kForkServer); it != env.end() && !it->second.empty()) {
+    if (it->second != "0" && it->second != "1") {
+      throw UsageError(std::string(worker_env::kForkServer) + "='" + it->second +
+                       "': set it to 0 (restarted Python workers start a new interpreter) or 1 "
+                       "(they are forked from a fork server, the default)");
+    }
+    c->fork_server = it->second == "1";
+  }
   for (const auto& f : flags()) {
     if (!f.pet) continue;
     auto it = env.find(pet_name(f.name));

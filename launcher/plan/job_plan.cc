@@ -83,23 +83,30 @@ std::string find_python_dir(const EnvMap& env) {
   return {};
 }
 
-// The worker module's boot folder: in `python_dir`, else in the site-packages of the virtual
-// environment cohortrun was installed into as a wheel (<venv>/bin/cohortrun).
-std::string find_cohort_boot_dir(const std::string& python_dir) {
+// `file` (a path under a folder of Python packages): in `python_dir`, else in the site-packages of
+// the virtual environment cohortrun was installed into as a wheel (<venv>/bin/cohortrun); "" when
+// in neither.
+std::string find_python_file(const std::string& python_dir, const std::filesystem::path& file) {
   namespace fs = std::filesystem;
-  const fs::path boot = fs::path("_cohort_worker") / "boot";
-  auto has_boot = [&](const fs::path& dir) { return fs::exists(dir / boot / "sitecustomize.py"); };
   if (!python_dir.empty())
-    return has_boot(python_dir) ? (fs::path(python_dir) / boot).string() : std::string();
+    return fs::exists(fs::path(python_dir) / file) ? (fs::path(python_dir) / file).string()
+                                                   : std::string();
   std::error_code ec;
   const fs::path lib = fs::read_symlink("/proc/self/exe", ec).parent_path().parent_path() / "lib";
   if (ec || !fs::is_directory(lib, ec)) return {};
   for (const auto& entry : fs::directory_iterator(lib, ec)) {
     const fs::path site = entry.path() / "site-packages";
-    if (entry.path().filename().string().rfind("python3", 0) == 0 && has_boot(site))
-      return (site / boot).string();
+    if (entry.path().filename().string().rfind("python3", 0) == 0 && fs::exists(site / file))
+      return (site / file).string();
   }
   return {};
+}
+
+// The worker module's boot folder (see find_python_file).
+std::string find_cohort_boot_dir(const std::string& python_dir) {
+  const std::string boot = find_python_file(
+      python_dir, std::filesystem::path("_cohort_worker") / "boot" / "sitecustomize.py");
+  return boot.empty() ? boot : std::filesystem::path(boot).parent_path().string();
 }
 
 // A run id for an elastic job given none: torchrun's default "none" puts every such job on one
@@ -163,6 +170,9 @@ JobPlan make_plan(LaunchConfig config, const EnvMap& env) {
   if (!p.command.interpreter.empty()) {
     p.python_dir = find_python_dir(env);
     if (config.cohort_module) p.cohort_boot_dir = find_cohort_boot_dir(p.python_dir);
+    const bool restarts = config.max_restarts > 0 || config.min_nodes != config.max_nodes;
+    if (config.fork_server && restarts)
+      p.fork_server_file = find_python_file(p.python_dir, "cohort/_forkserver.py");
   }
   p.run_id = config.standalone ? random_tag(8) : config.rdzv_id;
   if (config.rdzv_backend != RdzvBackend::kStatic && !config.given.contains("--rdzv-id") &&

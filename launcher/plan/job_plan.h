@@ -40,6 +40,12 @@ struct JobPlan {
   // (python/_cohort_worker/boot, in python_dir or in a wheel's site-packages), put first on
   // their PYTHONPATH; "" when not found.
   std::string cohort_boot_dir;
+  // The fork server (cohort/_forkserver.py, beside the package) when restarted Python workers are
+  // forked from per-rank servers that imported torch while the job ran (launcher/workers/
+  // fork_servers.h): a Python entry point, restarts possible (--max-restarts above 0, or an
+  // elastic --nnodes range), and not turned off (--no-fork-server, COHORT_FORK_SERVER=0); ""
+  // otherwise.
+  std::string fork_server_file;
   std::vector<std::string> notes;  // for the log, once it exists
   // With --auth-token-file: <log_root>/store_token, mode 0600, which workers are told of
   // (COHORT_STORE_TOKEN_FILE) instead of the token itself; NodeAgent removes it when it ends.

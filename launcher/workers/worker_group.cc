@@ -78,10 +78,11 @@ struct WorkerGroup::Worker {
 };
 
 WorkerGroup::WorkerGroup(asio::io_context& io, LoopClock& clock, ProcessSpawner& spawner,
-                         GroupSpec spec, WorkerGroupEvents events)
+                         GroupSpec spec, WorkerGroupEvents events, WorkerForker* forker)
     : io_(io),
       clock_(clock),
       spawner_(spawner),
+      forker_(forker),
       spec_(std::move(spec)),
       events_(std::move(events)),
       state_timer_(clock.make_timer()),
@@ -129,7 +130,17 @@ FailureSite WorkerGroup::site(const Worker& w) const {
 
 void WorkerGroup::start() {
   for (auto& s : spec_.workers) workers_.push_back(std::make_unique<Worker>(io_, clock_, s));
-  for (auto& w : workers_) spawn(*w);
+  // Every fork server is asked before any answer is awaited: they fork at the same time. A
+  // worker's folder (its error file's) exists before it starts; spawn() reports a failure to
+  // make it.
+  std::vector<bool> forking;
+  for (auto& w : workers_) {
+    std::error_code ec;
+    if (!w->spec.dir.empty()) std::filesystem::create_directories(w->spec.dir, ec);
+    forking.push_back(forker_ != nullptr && !ec &&
+                      forker_->begin(w->spec.local_rank, w->spec.request));
+  }
+  for (size_t i = 0; i < workers_.size(); ++i) spawn(*workers_[i], forking[i]);
   if (spec_.uninterruptible_timeout.count() > 0) watch_uninterruptible();
 }
 
@@ -168,13 +179,18 @@ void WorkerGroup::watch_uninterruptible() {
   });
 }
 
-void WorkerGroup::spawn(Worker& w) {
+void WorkerGroup::spawn(Worker& w, bool forking) {
   int out_file = -1, err_file = -1;
+  // A worker begun by the forker is collected whatever happens here, so that its server is
+  // ready for the next one.
+  std::optional<SpawnedProcess> forked;
+  if (forking) forked = forker_->finish(w.spec.local_rank);
   try {
     if (!w.spec.dir.empty()) std::filesystem::create_directories(w.spec.dir);
     if (!w.spec.stdout_file.empty()) out_file = open_log(w.spec.stdout_file);
     if (!w.spec.stderr_file.empty()) err_file = open_log(w.spec.stderr_file);
-    SpawnedProcess p = spawner_.spawn(w.spec.request);
+    SpawnedProcess p =
+        forked ? *std::exchange(forked, std::nullopt) : spawner_.spawn(w.spec.request);
     w.pid = p.pid;
     w.running = true;
     if (events_.started) events_.started(p.pid);
@@ -201,6 +217,12 @@ void WorkerGroup::spawn(Worker& w) {
   } catch (const std::exception& e) {
     if (out_file >= 0) ::close(out_file);
     if (err_file >= 0) ::close(err_file);
+    if (forked) {  // forked, but its log could not be opened: it must not run unwatched
+      spawner_.kill_group(forked->pid, SIGKILL);
+      spawner_.reap(forked->pid);
+      for (int fd : {forked->pidfd, forked->stdout_fd, forked->stderr_fd, forked->heartbeat_fd})
+        if (fd >= 0) ::close(fd);
+    }
     WorkerFailure f = make_failure(site(w), 1, std::string("could not start: ") + e.what());
     w.reported = true;
     const int lr = w.spec.local_rank;

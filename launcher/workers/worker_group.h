@@ -90,11 +90,22 @@ struct WorkerReading {
   std::optional<heartbeat_pipe::StepReport> last_step;
 };
 
+// A faster way to start some workers than the spawner (a fork server, fork_servers.h), in two
+// steps so that several start at once: begin() asks for local rank's worker (false: it cannot;
+// the spawner starts it), finish() returns it (nullopt: it did not start; the spawner starts it).
+class WorkerForker {
+ public:
+  virtual ~WorkerForker() = default;
+  virtual bool begin(int local_rank, const SpawnRequest& request) = 0;
+  virtual std::optional<SpawnedProcess> finish(int local_rank) = 0;
+};
+
 class WorkerGroup {
  public:
-  // `io`, `clock` and `spawner` must outlive the group. Nothing starts until start().
+  // `io`, `clock`, `spawner` and `forker` (optional) must outlive the group. Nothing starts until
+  // start().
   WorkerGroup(asio::io_context& io, LoopClock& clock, ProcessSpawner& spawner, GroupSpec spec,
-              WorkerGroupEvents events);
+              WorkerGroupEvents events, WorkerForker* forker = nullptr);
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
@@ -116,7 +127,7 @@ class WorkerGroup {
 
  private:
   struct Worker;
-  void spawn(Worker& w);
+  void spawn(Worker& w, bool forking);
   void watch_exit(Worker& w);
   void read_heartbeat(Worker& w);
   void on_exit(Worker& w);
@@ -134,6 +145,7 @@ class WorkerGroup {
   asio::io_context& io_;
   LoopClock& clock_;
   ProcessSpawner& spawner_;
+  WorkerForker* forker_;
   GroupSpec spec_;
   WorkerGroupEvents events_;
   std::vector<std::unique_ptr<Worker>> workers_;

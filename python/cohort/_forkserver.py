@@ -15,12 +15,21 @@ The channel: a SOCK_SEQPACKET Unix socket whose descriptor number is --channel; 
 per packet, descriptors as SCM_RIGHTS beside a request.
   server -> agent, once:  {"ready": true, "pid": P, "seconds": S, "modules": N, "failed": {...}}
                       or  {"ready": false, "error": "..."} (and the server exits)
-  agent -> server:        {"argv": [...], "env": ["K=V", ...], "cwd": "/..", "fds": [targets],
-                           "agent": <the agent's pid>}  + one descriptor per target
+  agent -> server:        {"argv": [...], "env_set": {"K": "V", ...}, "env_unset": ["K", ...],
+                           "cwd": "/..", "fds": [targets], "agent": <the agent's pid>,
+                           "cgroup": true|false}
+                          + one descriptor per target, then with "cgroup" the workers' cgroup's
+                          cgroup.procs, which the worker is moved into before it runs
   server -> agent:        {"pid": W}  or  {"error": "...", "stale": true|false}
+The environment of a request is what differs from the one the agent started the server with: the
+variables it sets per attempt (RANK, MASTER_PORT, COHORT_HEARTBEAT_FD, ...). The worker gets the
+server's environment as it is after the interpreter's start and the pre-imports (Python's locale
+coercion sets LC_CTYPE, a pyenv shim sets its variables, torch sets TORCHINDUCTOR_CACHE_DIR, just as
+in an exec'd worker), with those changes. The agent decides that a worker's environment differs too
+much for its server (a variable other than the per-attempt ones), and replaces the server.
 "stale": this server can no longer start this worker faithfully (a pre-imported module changed on
-disk, the environment differs in more than the per-attempt variables); the agent starts the worker
-the ordinary way and replaces the server. An agent that closes the channel ends the server.
+disk); the agent starts the worker the ordinary way and replaces the server. An agent that closes
+the channel ends the server.
 
 Who is the worker's parent. cohortrun waits for, signals and reaps its workers as its children. The
 server forks an intermediate process, the intermediate forks the worker and exits, and the worker,
@@ -61,14 +70,6 @@ import socket
 import sys
 import time
 
-# Variables the agent sets per attempt: the only ones a request's environment may change from the
-# server's (anything else could have been read by a pre-imported module at import time).
-ATTEMPT_VARS = {
-    "RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE",
-    "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RUN_ID",
-}
-ATTEMPT_PREFIXES = ("COHORT_",)
 MAX_MESSAGE = 4 << 20
 MAX_FDS = 64
 
@@ -93,19 +94,18 @@ class Server:
         self.entry = entry  # ("script", path) or ("module", name)
         self.preload = preload
         self.cwd = os.getcwd()
-        self.env = {k: v for k, v in os.environ.items() if k != "COHORT_IN_FORK_SERVER"}
         self.files = {}  # module file -> (mtime_ns, size) when imported
         self.keep_fds = set()  # descriptors the pre-imported modules opened
-        # What the pre-imports did to the environment (torch sets TORCHINDUCTOR_CACHE_DIR, say),
-        # which an exec'd worker's imports would do too: name -> value, None when removed; in
-        # os.environ, and in the C environment alone (setenv() from C).
-        self.env_changes = {}
-        self.c_env_changes = {}
+        # The environment after the start and the pre-imports, which workers start from: in
+        # os.environ, and what C code set behind its back (name -> value, bytes).
+        self.env = {}
+        self.c_only_env = {}
 
     def start(self):
         t0 = time.monotonic()
+        # File times come from a coarse clock (a jiffy behind): a margin covers it.
+        began = time.time_ns() - 20_000_000
         before = open_fds()
-        py_env, c_env = dict(os.environ), c_environ()
         failed = {}
         for name in self.preload:
             try:
@@ -114,10 +114,10 @@ class Server:
                 failed[name] = "%s: %s" % (type(e).__name__, e)
         self.check_safe()
         self.keep_fds = open_fds() - before
-        self.env_changes = changes(py_env, dict(os.environ))
-        self.c_env_changes = {k: v for k, v in changes(c_env, c_environ()).items()
-                              if os.fsdecode(k) not in self.env_changes}
-        self.files = module_files()
+        self.env = {k: v for k, v in os.environ.items() if k != "COHORT_IN_FORK_SERVER"}
+        self.c_only_env = {k: v for k, v in c_environ().items()
+                           if os.fsdecode(k) not in os.environ}
+        self.files = module_files(since=began)
         sys.stdout.flush()
         sys.stderr.flush()
         return {"ready": True, "pid": os.getpid(), "seconds": round(time.monotonic() - t0, 3),
@@ -137,27 +137,28 @@ class Server:
                           "forking could leave their locks held in the worker" % names, stale=True)
 
     def check_request(self, req, nfds):
-        argv, env, fds = req.get("argv"), req.get("env"), req.get("fds")
-        if not isinstance(argv, list) or not isinstance(env, list) or not isinstance(fds, list):
-            raise Refused("malformed request (argv, env and fds must be lists)")
+        argv, fds = req.get("argv"), req.get("fds")
+        env_set, env_unset = req.get("env_set", {}), req.get("env_unset", [])
+        if not isinstance(argv, list) or not isinstance(fds, list) or \
+                not isinstance(env_set, dict) or not isinstance(env_unset, list):
+            raise Refused("malformed request (argv, fds and env_unset must be lists, env_set an "
+                          "object)")
         if len(fds) != nfds:
             raise Refused("the request names %d descriptors and carries %d" % (len(fds), nfds))
         if entry_of(argv) != self.entry:
             raise Refused("this server runs %s %s, not %s" % (self.entry + (argv,)), stale=True)
         if req.get("cwd", self.cwd) != self.cwd:
             raise Refused("the working directory changed", stale=True)
-        new = dict(e.split("=", 1) for e in env if "=" in e)
-        for k in set(new) | set(self.env):
-            if new.get(k) != self.env.get(k) and k not in ATTEMPT_VARS \
-                    and not k.startswith(ATTEMPT_PREFIXES):
-                raise Refused("the environment variable %s differs from the server's" % k,
-                              stale=True)
+        env = dict(self.env)
+        env.update({str(k): str(v) for k, v in env_set.items()})
+        for k in env_unset:
+            env.pop(str(k), None)
         changed = changed_files(self.files)
         if changed:
             raise Refused("%d pre-imported module file(s) changed on disk (%s)"
                           % (len(changed), changed[0]), stale=True)
         self.check_safe()
-        return new
+        return env
 
     def serve(self):
         """Answers requests until the agent closes the channel. Returns in a forked worker only:
@@ -179,8 +180,10 @@ class Server:
                     raise Refused("malformed request (%s)" % e)
                 if not isinstance(req, dict):
                     raise Refused("malformed request (not a JSON object)")
-                env = self.check_request(req, len(fds))
-                run = self.fork_worker(req, env, fds)
+                # The workers' cgroup (its cgroup.procs), when the agent has one: last.
+                cgroup = fds[-1] if req.get("cgroup") and fds else None
+                env = self.check_request(req, len(fds) - (cgroup is not None))
+                run = self.fork_worker(req, env, fds[:len(fds) - (cgroup is not None)], cgroup)
             except Refused as e:
                 send(self.channel, {"error": str(e), "stale": e.stale})
             except Exception as e:  # a bug here must not end the server silently
@@ -190,7 +193,7 @@ class Server:
             for fd in fds:
                 os.close(fd)
 
-    def fork_worker(self, req, env, fds):
+    def fork_worker(self, req, env, fds, cgroup):
         """Forks the intermediate, which forks the worker. Returns None in the server (after
         replying) and in the worker the function that runs its entry point."""
         r, w = os.pipe()
@@ -198,7 +201,7 @@ class Server:
         if intermediate == 0:
             os.close(r)
             me = os.getpid()
-            worker = intermediate_main(self, req, env, fds, w)
+            worker = intermediate_main(self, req, env, fds, cgroup, w)
             if worker is None:
                 os._exit(1)
             if worker > 0:
@@ -220,20 +223,28 @@ class Server:
         return None
 
 
-def intermediate_main(server, req, env, fds, report):
+def intermediate_main(server, req, env, fds, cgroup, report):
     """The intermediate: takes on the worker's state and forks it. Returns the worker's pid (after
     writing it to `report`), 0 in the worker, None when it failed (reported)."""
     try:
-        prepare_worker(server, req, env, fds, keep={report})
+        prepare_worker(server, req, env, fds, keep={report} | ({cgroup} - {None}))
         worker = os.fork()
         if worker == 0:
             os.close(report)
+            if cgroup is not None:
+                os.close(cgroup)
             return 0
-        # Its group exists before the agent learns its pid (the worker sets it too).
+        # Its group exists, and it is in the workers' cgroup (whatever it starts is, too), before
+        # the agent learns its pid (the worker sets its group too).
         try:
             os.setpgid(worker, worker)
         except OSError:
             pass
+        if cgroup is not None:
+            try:
+                os.write(cgroup, b"%d" % worker)
+            except OSError:
+                pass  # as for an exec'd worker: its process group remains
         os.write(report, b"%d" % worker)
         return worker
     except BaseException as e:
@@ -256,24 +267,19 @@ def open_fds():
     return {int(fd) for fd in os.listdir("/proc/self/fd")} - {-1}
 
 
-def module_files():
+def module_files(since):
+    """Every loaded module's file -> (mtime, size). A file changed after `since` (when the server
+    began to import) may have been read before the change: it counts as changed already."""
     files = {}
     for m in list(sys.modules.values()):
         path = getattr(m, "__file__", None)
         if isinstance(path, str) and path not in files:
             try:
                 st = os.stat(path)
-                files[path] = (st.st_mtime_ns, st.st_size)
+                files[path] = (st.st_mtime_ns, st.st_size) if st.st_mtime_ns < since else (0, -1)
             except OSError:
                 pass
     return files
-
-
-def changes(before, after):
-    """name -> new value, or None when removed."""
-    out = {k: v for k, v in after.items() if before.get(k) != v}
-    out.update({k: None for k in before if k not in after})
-    return out
 
 
 def c_environ():
@@ -310,15 +316,9 @@ def prepare_worker(server, req, env, fds, keep):
     os.environ.clear()  # unsetenv() each
     libc().clearenv()  # and whatever C code set behind os.environ's back
     os.environ.update(env)  # putenv() each
-    for key, value in server.env_changes.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    for key, value in server.c_env_changes.items():
-        if value is None:
-            libc().unsetenv(key)
-        else:
+    touched = set(req.get("env_set", {})) | set(req.get("env_unset", []))
+    for key, value in server.c_only_env.items():
+        if os.fsdecode(key) not in touched:
             libc().setenv(key, value, 1)
     install_fds(fds, req["fds"], keep | server.keep_fds | {server.channel.fileno()})
     server.channel.close()
@@ -329,9 +329,14 @@ def prepare_worker(server, req, env, fds, keep):
             pass
     sys.argv = list(req["argv"][2:]) if server.entry[0] == "script" else list(req["argv"][3:])
     sys.orig_argv = list(req["argv"])
-    import importlib
+    # New modules in the folders of sys.path (the entry point's own, above all) must be found:
+    # their finders forget what they listed. (importlib.invalidate_caches() would also clear
+    # the finder of every package folder torch has, ~20 ms, for folders the stat check covers.)
+    for path in sys.path:
+        finder = sys.path_importer_cache.get(path)
+        if finder is not None and hasattr(finder, "invalidate_caches"):
+            finder.invalidate_caches()
     import linecache
-    importlib.invalidate_caches()  # the entry point's folder may have new modules
     linecache.clearcache()
 
 
@@ -516,6 +521,7 @@ def main(argv):
     a = p.parse_args(argv)
     entry = ("script", a.script) if a.script else ("module", a.module)
     channel = socket.socket(fileno=a.channel)
+    channel.setblocking(True)
     # Our own folder is no worker's sys.path[0]: the worker's is.
     path0 = sys_path0(entry)
     if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):

@@ -223,5 +223,16 @@ TEST(Cli, HelpVersionAndCompletionComeFromTheTable) {
   EXPECT_NE(usage_error({"--print-completion", "fish"}).find("bash"), std::string::npos);
 }
 
+TEST(Cli, TheForkServerIsOnUnlessTurnedOff) {
+  EXPECT_TRUE(parse({"train.py"}).config.fork_server);
+  EXPECT_FALSE(parse({"--no-fork-server", "train.py"}).config.fork_server);
+  EXPECT_FALSE(parse({"train.py"}, {{"COHORT_FORK_SERVER", "0"}}).config.fork_server);
+  EXPECT_TRUE(parse({"train.py"}, {{"COHORT_FORK_SERVER", "1"}}).config.fork_server);
+  EXPECT_FALSE(
+      parse({"--no-fork-server", "train.py"}, {{"COHORT_FORK_SERVER", "1"}}).config.fork_server);
+  const std::string e = usage_error({"train.py"}, {{"COHORT_FORK_SERVER", "off"}});
+  EXPECT_NE(e.find("COHORT_FORK_SERVER='off': set it to 0"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace cohort::launch

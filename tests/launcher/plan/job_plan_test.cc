@@ -220,5 +220,23 @@ TEST_F(JobPlanTest, TheTokenGoesToAFileInTheLogRootOnlyItsUserCanRead) {
   EXPECT_EQ(make_plan(config({"t.py"}), env_).store_token_file, "");
 }
 
+// Restarted workers are forked only for Python entry points of jobs that can restart.
+TEST_F(JobPlanTest, TheForkServerServesPythonJobsThatCanRestart) {
+  EnvMap env = env_;
+  env["COHORT_PYTHON_DIR"] = COHORT_SOURCE_DIR "/python";
+  auto server = [&](std::vector<std::string> args) {
+    return make_plan(config(std::move(args)), env).fork_server_file;
+  };
+  const std::string file = COHORT_SOURCE_DIR "/python/cohort/_forkserver.py";
+  EXPECT_EQ(server({"--max-restarts", "1", "train.py"}), file);
+  EXPECT_EQ(server({"--max-restarts", "1", "-m", "pkg.train"}), file);
+  EXPECT_EQ(server({"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                    "127.0.0.1:29400", "train.py"}),
+            file);
+  EXPECT_EQ(server({"train.py"}), "");  // no restart to serve
+  EXPECT_EQ(server({"--max-restarts", "1", "--no-python", "/bin/true"}), "");
+  EXPECT_EQ(server({"--max-restarts", "1", "--no-fork-server", "train.py"}), "");
+}
+
 }  // namespace
 }  // namespace cohort::launch

@@ -7,6 +7,8 @@
 // PyTorch script reads them unchanged; cohortrun's own extras are COHORT_*.
 #pragma once
 
+#include <string_view>
+
 namespace cohort::worker_env {
 
 // ---- torchrun's ---------------------------------------------------------------------------------
@@ -54,5 +56,26 @@ inline constexpr const char* kNnodes = "COHORT_NNODES";
 // the address libcohort's CPU group listens on.
 inline constexpr const char* kStoreDialect = "COHORT_STORE_DIALECT";
 inline constexpr const char* kSocketAddr = "COHORT_SOCKET_ADDR";
+
+// ---- the fork server (python/cohort/_forkserver.py, launcher/workers/fork_server.h) ------------
+// cohortrun's switch, read from its own environment: "0" turns the fork servers off, as
+// --no-fork-server does ("1", the default, leaves them on).
+inline constexpr const char* kForkServer = "COHORT_FORK_SERVER";
+// Set to "1" in a fork server's own environment, never in a worker's: this process is a server.
+inline constexpr const char* kInForkServer = "COHORT_IN_FORK_SERVER";
+// Modules (comma-separated) a fork server pre-imports besides torch's; read by the server.
+inline constexpr const char* kForkPreload = "COHORT_FORK_PRELOAD";
+
+// True for the variables cohortrun may give a rank's worker differently from one attempt to the
+// next (its rank and the world's size after a rescale, the store's port, the attempt's files and
+// descriptors, cohortrun's COHORT_* extras). A fork server started for one attempt serves a later
+// one only when nothing else differs: any other variable could have been read at import time.
+inline bool varies_by_attempt(std::string_view name) {
+  for (const char* v :
+       {kRank, kWorldSize, kLocalWorldSize, kGroupRank, kGroupWorldSize, kRoleRank, kRoleWorldSize,
+        kMasterAddr, kMasterPort, kRestartCount, kRunId, kErrorFile})
+    if (name == v) return true;
+  return name.starts_with("COHORT_");
+}
 
 }  // namespace cohort::worker_env

@@ -99,6 +99,9 @@ struct LaunchConfig {
   // store (a cohortd being restarted); past it, they are stopped as for a lost node.
   std::chrono::milliseconds store_loss_grace{std::chrono::seconds(60)};
   bool sweep_orphans = true;
+  // Restarted Python workers forked from a per-rank fork server that imported torch while the
+  // job ran (README "Fast restarts"); --no-fork-server or COHORT_FORK_SERVER=0 turn it off.
+  bool fork_server = true;
   // Python workers get cohortrun's worker module without importing it (python/_cohort_worker/boot
   // first on their PYTHONPATH): beats on every optimizer step, answers to hang probes.
   bool cohort_module = true;
