@@ -227,6 +227,11 @@ def intermediate_main(server, req, env, fds, cgroup, report):
     """The intermediate: takes on the worker's state and forks it. Returns the worker's pid (after
     writing it to `report`), 0 in the worker, None when it failed (reported)."""
     try:
+        # What the intermediate still needs goes above every number the worker is given.
+        floor = max([2, *req["fds"], *fds]) + 1
+        report = move_above(report, floor)
+        if cgroup is not None:
+            cgroup = move_above(cgroup, floor)
         prepare_worker(server, req, env, fds, keep={report} | ({cgroup} - {None}))
         worker = os.fork()
         if worker == 0:
@@ -320,8 +325,8 @@ def prepare_worker(server, req, env, fds, keep):
     for key, value in server.c_only_env.items():
         if os.fsdecode(key) not in touched:
             libc().setenv(key, value, 1)
-    install_fds(fds, req["fds"], keep | server.keep_fds | {server.channel.fileno()})
-    server.channel.close()
+    server.channel.close()  # the intermediate's copy: its number may be the worker's
+    install_fds(fds, req["fds"], keep | server.keep_fds)
     for fd in open_fds() - set(req["fds"]) - server.keep_fds - keep:
         try:
             os.close(fd)
@@ -355,6 +360,15 @@ def install_fds(fds, targets, reserved):
         os.dup2(fd, target, inheritable=True)
     for fd in high:
         os.close(fd)
+
+
+def move_above(fd, floor):
+    """`fd` moved to a number of at least `floor` (the old one closed)."""
+    if fd >= floor:
+        return fd
+    moved = _dup_at_least(fd, floor)
+    os.close(fd)
+    return moved
 
 
 def _dup_at_least(fd, floor):

@@ -11,7 +11,8 @@ and the cohortrun tests compare them). OUT gets the record; `action` then decide
   sleep          sleep a minute (to be signalled)
   family         start a child (sleep 600), write OUT.family with this pid and the child's, and
                  sleep a minute
-  crash-once     exit 3 when TORCHELASTIC_RESTART_COUNT is 0 and RANK is 1, else ok
+  crash-once     exit 3 when TORCHELASTIC_RESTART_COUNT is 0 and RANK is 1 (once rank 0 has
+                 written its record), else ok
   crash-once-then:ACTION   the same crash, then ACTION in every later attempt
 The record is written after the modules a fork server pre-imports are imported, so that an exec'd
 worker and a forked one are compared in the same state.
@@ -156,6 +157,12 @@ def main():
     if action == "crash-once" or action.startswith("crash-once-then:"):
         first = os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0"
         if first and os.environ.get("RANK") == "1":
+            # Not before rank 0 has written its record: the crash stops it.
+            import time
+            rank0 = sys.argv[1] % {"rank": "0", "attempt": "0"}
+            deadline = time.monotonic() + 120
+            while not os.path.exists(rank0) and time.monotonic() < deadline:
+                time.sleep(0.05)
             os._exit(3)
         action = "ok" if first or action == "crash-once" else action.split(":", 1)[1]
     if action == "raise":

@@ -197,6 +197,20 @@ class ForkServerTest(unittest.TestCase):
         for what in (".thread", ".atexit"):
             self.assertTrue(os.path.exists(b.out_path + what), what)
 
+    def test_any_descriptor_number_can_be_the_worker_s(self):
+        # cohortrun's numbers, whatever the server holds at them (its channel, its pipe to the
+        # intermediate): the worker gets its heartbeat pipe at each.
+        for number in range(3, 13):
+            with self.subTest(number=number):
+                w = self.worker("number%d" % number)
+                fds, targets = w.fds()
+                targets[3] = number
+                env = dict(self.base_env, COHORT_HEARTBEAT_FD=str(number))
+                reply = self.server.request(self.argv(w.out_path), env, fds, targets)
+                self.assertIn("pid", reply, reply)
+                self.assertEqual(wait_status(reply["pid"]), 0, w.err())
+                self.assertEqual(w.record()["fds"].get(str(number)), "pipe:")
+
     def test_two_forked_workers_draw_different_random_numbers(self):
         a, b = self.worker("r1"), self.worker("r2")
         for w in (a, b):
