@@ -11,7 +11,9 @@ instead of stopping the run). A restart that did not heal is spent all the same,
 makes R restarts and the rate is healed / R.
 
   --launchers  which to run, of cohortrun2 (cohortrun, PyTorch 2.x workers), torchrun2,
-               cohortrun1 (PyTorch 1.13 workers), torchrun1 (default: cohortrun2,torchrun2)
+               cohortrun1 (PyTorch 1.13 workers), torchrun1, and cohortrun2-exec,
+               cohortrun1-exec (--no-fork-server: restarts exec'd, not forked from cohortrun's
+               fork servers) (default: cohortrun2,torchrun2)
   --torch2     the PyTorch 2.x interpreter (torchrun2 is its torch.distributed.run)
 """
 import argparse
@@ -31,9 +33,11 @@ TORCH2 = os.path.expanduser("~/.cache/cohort/torch-2.15.0/bin/python")
 
 
 def launcher_cmd(kind, cohortrun, python, nproc, restarts):
+    # cohortrun runs the script as `cohortrun script.py` does, with PYTHON_EXEC (see measure):
+    # restarts forked from its fork servers, or exec'd with -exec.
     if kind.startswith("cohortrun"):
         return [cohortrun, "--standalone", "--nproc-per-node", str(nproc), "--max-restarts",
-                str(restarts), python]
+                str(restarts)] + (["--no-fork-server"] if kind.endswith("-exec") else [])
     if kind == "torchrun1":
         # torchrun 1.13 on Python 3.11 needs explicit -r/-t values (docs/TORCHRUN.md §3.1).
         return [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
@@ -58,7 +62,8 @@ def measure(kind, cohortrun, python, nproc, restarts, dying_rank, attempt_timeou
         limit = (restarts + 1) * (attempt_timeout + 60)
         t0 = time.monotonic()
         p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           env=dict(os.environ, LOGLEVEL="ERROR"), timeout=limit)
+                           env=dict(os.environ, LOGLEVEL="ERROR", PYTHON_EXEC=python),
+                           timeout=limit)
         elapsed = time.monotonic() - t0
         formed = collections.defaultdict(int)
         if os.path.exists(log):
@@ -85,15 +90,15 @@ def main():
     args = ap.parse_args()
     cohortrun = os.path.join(os.path.abspath(args.build), "bin", "cohortrun")
     results = {}
-    print(f"{'launcher':12} {'torch':>8} {'restarts':>9} {'healed':>7} {'rate':>6} {'exit':>5} "
+    print(f"{'launcher':16} {'torch':>8} {'restarts':>9} {'healed':>7} {'rate':>6} {'exit':>5} "
           f"{'time':>8}", flush=True)
     for kind in args.launchers.split(","):
-        python = args.torch1 if kind.endswith("1") else args.torch2
+        python = args.torch1 if kind.removesuffix("-exec").endswith("1") else args.torch2
         r = measure(kind, cohortrun, python, args.nproc, args.restarts, args.dying_rank,
                     args.attempt_timeout)
         r["torch"] = torch_version(python)
         results[kind] = r
-        print(f"{kind:12} {r['torch']:>8} {r['restarts']:9d} {r['healed']:7d} "
+        print(f"{kind:16} {r['torch']:>8} {r['restarts']:9d} {r['healed']:7d} "
               f"{r['rate'] * 100:5.0f}% {r['exit']:5d} {r['seconds']:7.0f}s", flush=True)
     print(json.dumps({"bench": "heal_rate", "cpus": os.cpu_count(), "nproc": args.nproc,
                       "dying_rank": args.dying_rank, **results}))
