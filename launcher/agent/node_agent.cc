@@ -66,6 +66,7 @@ NodeAgent::NodeAgent(JobPlan plan, EnvMap env, NodeAgentDeps deps)
       out_(deps_.out ? deps_.out : &own_console_->out),
       err_(deps_.err ? deps_.err : &own_console_->err),
       log_(private_logger("cohortrun", console_log_sink(*err_), "warning")),
+      error_files_(io_, clock_, kErrorFileReadLimit),
       signals_(io_),
       agent_(AgentOptions{plan_.config.max_restarts, plan_.config.term_timeout,
                           plan_.config.exit_barrier_timeout, kAbortGrace}),
@@ -324,6 +325,7 @@ std::set<pid_t> NodeAgent::keep_pids() const {
     for (pid_t p : group_->running_pids()) keep.insert(p);
   if (reaper_ && reaper_->pid() > 0) keep.insert(reaper_->pid());
   if (probe_ && probe_->pid() > 0) keep.insert(probe_->pid());
+  for (pid_t p : error_files_.children()) keep.insert(p);
   if (rdzv_ && rdzv_->store_process() > 0) keep.insert(rdzv_->store_process());
   if (forks_)
     for (pid_t p : forks_->pids()) keep.insert(p);
@@ -607,8 +609,8 @@ void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outco
       if (file_timer_) file_timer_->forget(pid);
     };
   }
-  group_ = std::make_unique<WorkerGroup>(io_, clock_, spawner_, std::move(spec), std::move(events),
-                                         forks_.get());
+  group_ = std::make_unique<WorkerGroup>(io_, clock_, spawner_, error_files_, std::move(spec),
+                                         std::move(events), forks_.get());
   rdzv_->start_keep_alive(a, [this](std::string why) {
     if (!done()) handle(agent_.on_fatal(why));
   });

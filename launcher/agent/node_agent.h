@@ -21,6 +21,7 @@
 
 #include "agent/agent.h"
 #include "cohort/base/environment.h"
+#include "failure/error_file_reader.h"
 #include "failure/event_log.h"
 #include "gpu/gpu_monitor.h"
 #include "loop/console.h"
@@ -135,6 +136,11 @@ class NodeAgent {
   std::unique_ptr<Reaper> reaper_;
   std::unique_ptr<WorkerCgroup> cgroup_;     // the workers' (real processes, where permitted)
   std::unique_ptr<InterpreterProbe> probe_;  // Python workers of real processes
+  // How long a worker's error file may take to read before its failure goes without it.
+  static constexpr std::chrono::milliseconds kErrorFileReadLimit{2000};
+  // The groups' (declared before group_, so that it outlives each): a read stuck in a hung mount
+  // can outlast its group, and its process is not a stray to kill (keep_pids).
+  ErrorFileReader error_files_;
   // Restarted Python workers are forked from these (plan_.fork_server_file); before group_, which
   // uses them.
   std::unique_ptr<ForkServers> forks_;

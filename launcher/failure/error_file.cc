@@ -11,7 +11,10 @@
 namespace cohort::launch {
 
 std::optional<ErrorFileContent> read_error_file(const std::string& path) {
-  BoundedFile f = read_bounded_file(path, kMaxErrorFileBytes);
+  return error_file_content(read_bounded_file(path, kMaxErrorFileBytes));
+}
+
+std::optional<ErrorFileContent> error_file_content(BoundedFile f) {
   switch (f.status) {
     case BoundedFile::Status::kMissing:
       return std::nullopt;

@@ -23,12 +23,18 @@ inline ErrorFileContent parse_error_file(const std::string& text) {
 // its end (and then not parsed).
 inline constexpr size_t kMaxErrorFileBytes = 1 << 20;
 
+struct BoundedFile;
+
 // Reads `path`, a file the worker controls: a regular file only, never through a symbolic link,
 // at most kMaxErrorFileBytes, never waiting for a FIFO's writer (read_bounded_file). nullopt when
 // it does not exist; else a content whose message names the problem when it is refused, too
 // large, or in neither of torchrun's two formats. Can still block where the file system does: on
 // an event loop, use ErrorFileReader (error_file_reader.h).
 std::optional<ErrorFileContent> read_error_file(const std::string& path);
+
+// What read_error_file() makes of a file read (bounded_file.h): nullopt when it is missing, else
+// its content, or a message naming why it was not read.
+std::optional<ErrorFileContent> error_file_content(BoundedFile f);
 
 // Writes (atomically) an error file at `path` for a launcher's launcher: the root cause's own
 // file with message.errorCode set, or a minimal one built from `message`.

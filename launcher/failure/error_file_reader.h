@@ -2,15 +2,20 @@
 //
 // read_error_file() never waits for a FIFO's writer, but a file system can still hold it (a hung
 // NFS mount, a FUSE daemon that stopped answering), and a loop held there forwards no output,
-// sees no exit and acts on no signal. Each read runs on a thread of its own; past the limit the
-// loop goes on with a content saying the file could not be read in time, and the thread is left
-// to end when the file system answers (it is detached: no one can end a system call stuck in a
-// hung mount, and joining it would hold the agent there). A detached thread holds only its own
-// copies and a shared handle through which it posts its result, which the reader's destructor
-// cuts, so nothing it touches goes away under it.
+// sees no exit and acts on no signal. Each read runs in a child process of its own (fork: system
+// calls only, write_bounded_file), whose result the loop reads from a pipe; past the limit the
+// loop goes on with a content saying the file could not be read in time. Not a thread: a thread
+// waiting on a FUSE request that its daemon has taken cannot be woken, not even by SIGKILL
+// (fs/fuse/dev.c, request_wait_answer), and the kernel ends a process only when its last thread
+// has left the kernel, so one such thread held cohortrun's exit for as long as the mount hung. A
+// child stuck there holds nothing of ours: it is sent SIGKILL at the limit (which ends it when
+// the file system answers, or at once where the wait is killable, as NFS's is), and is reaped
+// whenever it ends, by the reader while it lives, else as a stray (descendants.h).
 //
 // Thread safety: construct, read() and destroy on the loop's thread; callbacks run there.
 #pragma once
+
+#include <sys/types.h>
 
 #include <asio/io_context.hpp>
 #include <chrono>
@@ -35,18 +40,25 @@ class ErrorFileReader {
   ErrorFileReader(const ErrorFileReader&) = delete;
   ErrorFileReader& operator=(const ErrorFileReader&) = delete;
 
-  // Reads `path` (read_error_file) and calls done(content) on the loop, within the limit.
+  // Reads `path` (read_error_file) and calls done(content) on the loop, within the limit; never
+  // from inside read().
   void read(std::string path, Done done);
 
- private:
-  struct Shared;
-  struct Pending;
-  void settle(const std::shared_ptr<Pending>& p, std::optional<ErrorFileContent> content);
+  // The reading processes not yet reaped: children of this process that are not strays to kill
+  // (descendants.h), including those stuck past their limit.
+  std::vector<pid_t> children() const;
 
+ private:
+  struct Read;
+  void settle(Read& r, std::optional<ErrorFileContent> content);
+  void read_output(const std::shared_ptr<Read>& r);
+  void watch_exit(const std::shared_ptr<Read>& r);
+
+  asio::io_context& io_;
   LoopClock& clock_;
   std::chrono::milliseconds limit_;
-  std::shared_ptr<Shared> shared_;
-  std::vector<std::shared_ptr<Pending>> pending_;  // reads not yet settled
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // handlers hold it weakly
+  std::vector<std::shared_ptr<Read>> reads_;               // until the child is reaped
 };
 
 }  // namespace cohort::launch

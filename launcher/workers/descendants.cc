@@ -96,21 +96,25 @@ void reap_stray_zombies(const std::set<pid_t>& keep) {
 
 int kill_stray_children(const std::set<pid_t>& keep, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int killed = 0;
+  std::set<pid_t> killed;
   for (;;) {
     bool any = false;
     for (const Child& c : children()) {
       if (keep.contains(c.pid)) continue;
       any = true;
-      if (c.state != 'Z') {
+      if (c.state != 'Z' && killed.insert(c.pid).second) {
         if (c.pgid == c.pid) ::kill(-c.pid, SIGKILL);  // it leads a group: all of it
         ::kill(c.pid, SIGKILL);
-        ++killed;
       }
-      ::waitpid(c.pid, nullptr, 0);  // SIGKILL is not ignorable: this returns promptly
+      // Never waited for without bound: SIGKILL ends a process at once, except one the kernel
+      // holds in uninterruptible sleep (a FUSE request its daemon took and never answers), which
+      // ends only when the file system answers. Such a one is left, and reaped as a stray then.
+      ::waitpid(c.pid, nullptr, WNOHANG);
     }
-    if (!any || std::chrono::steady_clock::now() >= deadline) return killed;
-    // The deaths just reaped may have handed their own children to us: look again.
+    if (!any || std::chrono::steady_clock::now() >= deadline)
+      return static_cast<int>(killed.size());
+    // The deaths may have handed their own children to us: look again.
+    ::usleep(2000);
   }
 }
 

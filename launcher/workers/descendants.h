@@ -18,7 +18,8 @@ namespace cohort::launch {
 bool become_child_subreaper();
 
 // SIGKILLs every stray child (and its process group), reaps it, and repeats for the strays that
-// their deaths hand over, until none is left or `timeout` passes. Returns how many were killed.
+// their deaths hand over, until none is left or `timeout` passes (one that SIGKILL cannot end
+// yet, asleep in a hung mount, is left then). Returns how many were killed.
 int kill_stray_children(const std::set<pid_t>& keep, std::chrono::milliseconds timeout);
 
 // Reaps the stray children that have exited (on SIGCHLD); never touches `keep`.

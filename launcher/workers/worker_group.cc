@@ -78,7 +78,8 @@ struct WorkerGroup::Worker {
 };
 
 WorkerGroup::WorkerGroup(asio::io_context& io, LoopClock& clock, ProcessSpawner& spawner,
-                         GroupSpec spec, WorkerGroupEvents events, WorkerForker* forker)
+                         ErrorFileReader& error_files, GroupSpec spec, WorkerGroupEvents events,
+                         WorkerForker* forker)
     : io_(io),
       clock_(clock),
       spawner_(spawner),
@@ -86,7 +87,7 @@ WorkerGroup::WorkerGroup(asio::io_context& io, LoopClock& clock, ProcessSpawner&
       spec_(std::move(spec)),
       events_(std::move(events)),
       state_timer_(clock.make_timer()),
-      error_files_(io, clock, kErrorFileReadLimit) {}
+      error_files_(error_files) {}
 
 WorkerGroup::~WorkerGroup() {
   alive_.reset();  // from here on no handler or posted event of this group does anything
@@ -320,8 +321,9 @@ void WorkerGroup::report(Worker& w) {
   w.heartbeat.close(ignored);
   if (describe_exit(w.wait_status).failed && !w.spec.error_file.empty()) {
     // The worker controls the file (a FIFO, a link to /dev/zero, a hung mount): read off the loop.
-    error_files_.read(w.spec.error_file, [this, &w](std::optional<ErrorFileContent> ef) {
-      finish_report(w, std::move(ef));
+    error_files_.read(w.spec.error_file, [this, &w, alive = std::weak_ptr<int>(alive_)](
+                                             std::optional<ErrorFileContent> ef) {
+      if (!alive.expired()) finish_report(w, std::move(ef));  // the reader outlives groups
     });
     return;
   }

@@ -102,10 +102,12 @@ class WorkerForker {
 
 class WorkerGroup {
  public:
-  // `io`, `clock`, `spawner` and `forker` (optional) must outlive the group. Nothing starts until
-  // start().
-  WorkerGroup(asio::io_context& io, LoopClock& clock, ProcessSpawner& spawner, GroupSpec spec,
-              WorkerGroupEvents events, WorkerForker* forker = nullptr);
+  // `io`, `clock`, `spawner`, `error_files` (which reads a failed worker's error file, and
+  // outlives groups: a read stuck in a hung mount can outlast its group) and `forker` (optional)
+  // must outlive the group. Nothing starts until start().
+  WorkerGroup(asio::io_context& io, LoopClock& clock, ProcessSpawner& spawner,
+              ErrorFileReader& error_files, GroupSpec spec, WorkerGroupEvents events,
+              WorkerForker* forker = nullptr);
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
@@ -150,9 +152,7 @@ class WorkerGroup {
   WorkerGroupEvents events_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<LoopTimer> state_timer_;  // watch_uninterruptible()'s
-  // How long a worker's error file may take to read before the failure goes without it.
-  static constexpr std::chrono::milliseconds kErrorFileReadLimit{2000};
-  ErrorFileReader error_files_;
+  ErrorFileReader& error_files_;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // posted work checks it
 };
 

@@ -1237,6 +1237,77 @@ def error_file_dev_zero(ctx):
         "(reading /dev/zero ended cohortrun with std::bad_alloc and no summary)")
 
 
+@scenario("a worker's error file on a mount that never answers", "worker")
+def error_file_hung_mount(ctx):
+    # A real FUSE mount whose daemon answers nothing after its handshake (cohort_hung_fuse, in a
+    # mount namespace of its own): the worker makes its error file's folder a link there and dies.
+    mount = os.path.join(ctx.dir, "hung")
+    os.mkdir(mount)
+    path = os.path.join(ctx.dir, "worker.py")
+    with open(path, "w") as f:
+        f.write("import os, shutil, sys\n"
+                "d = os.path.dirname(os.environ['TORCHELASTIC_ERROR_FILE'])\n"
+                "shutil.rmtree(d, ignore_errors=True)\n"
+                "os.symlink(os.environ['HUNG_MOUNT'], d)\n"
+                "sys.exit(1)\n")
+    rc, _, err, took, _ = run_measured(
+        [ctx.path("cohort_hung_fuse"), mount, "30", "--", ctx.path("cohortrun"),
+         "--nproc-per-node", "1", "--max-restarts", "0", "--rdzv-id", ctx.tag, path],
+        ctx.env(HUNG_MOUNT=mount), 60)
+    err = err.decode(errors="replace")
+    if rc == 77:
+        return row(None, "no FUSE mount here (root and /dev/fuse are needed)", "n/a", "nothing",
+                   False, "needs a FUSE mount: " + err[-200:])
+    held = re.search(r"hung_fuse: holding \w+ 'error\.json' at ([0-9.]+) s", err)
+    exited = re.search(r"hung_fuse: the command exited at ([0-9.]+) s with status 1\b", err)
+    after = float(exited.group(1)) - float(held.group(1)) if held and exited else None
+    ok = after is not None and after < 10 and "could not be read within 2000 ms" in err
+    left = ctx.wait_clean()
+    said = re.search(r"error file \S+ (could not be read.*)", err)
+    saw = ("'" + said.group(1).strip() + "'; cohortrun exited, the mount still hung" if said
+           else summary_line(err, "hung_fuse: the command"))
+    return row(after, saw, "n/a", left, ok and left == "nothing",
+               "the summary 2 s after the read began, saying the error file could not be read in "
+               "time, and cohortrun's exit with the mount still hung: the file is read in a child "
+               "process, which the mount may hold (read on a thread, the summary came, then "
+               "cohortrun's exit waited as long as the mount hung: a thread waiting on a FUSE "
+               "request that the daemon took outlives SIGKILL)" + ("" if ok else f" (exit {rc} after {took:.1f} s): " + err[-300:]))
+
+
+@scenario("a worker stuck on a mount that never answers, then SIGTERM", "worker")
+def worker_in_hung_mount_sigterm(ctx):
+    # The worker itself reads from the hung mount (cohort_hung_fuse): neither SIGTERM nor SIGKILL
+    # ends it while the mount holds it. Once the kernel holds the read, a helper in the worker's
+    # group sends cohortrun SIGTERM.
+    mount = os.path.join(ctx.dir, "hung")
+    os.mkdir(mount)
+    worker = ("p=$PPID; (until grep -qs request_wait_answer /proc/$$/wchan; do sleep 0.05; done; "
+              "kill -TERM $p) & exec cat \"$HUNG_MOUNT/data\"")
+    rc, _, err, took, _ = run_measured(
+        [ctx.path("cohort_hung_fuse"), mount, "40", "--", ctx.path("cohortrun"),
+         "--nproc-per-node", "1", "--max-restarts", "0", "--term-timeout", "1", "--rdzv-id",
+         ctx.tag, "--no-python", "/bin/sh", "-c", worker],
+        ctx.env(HUNG_MOUNT=mount), 60)
+    err = err.decode(errors="replace")
+    if rc == 77:
+        return row(None, "no FUSE mount here (root and /dev/fuse are needed)", "n/a", "nothing",
+                   False, "needs a FUSE mount: " + err[-200:])
+    held = re.search(r"hung_fuse: holding \w+ 'data' at ([0-9.]+) s", err)
+    exited = re.search(r"hung_fuse: the command exited at ([0-9.]+) s with status 143\b", err)
+    after = float(exited.group(1)) - float(held.group(1)) if held and exited else None
+    left_behind = "after SIGKILL (stuck in the kernel" in err
+    ok = after is not None and after < 1 + 5 + 8 and left_behind
+    left = ctx.wait_clean()
+    said = re.search(r"\] (worker process \d+ still there .*? after SIGKILL)", err)
+    saw = (f"'{said.group(1)} ...'; exit {rc}, the mount still hung" if said
+           else summary_line(err, r"hung_fuse: the command"))
+    return row(after, saw, "n/a", left, ok and left == "nothing",
+               "cohortrun exits 143 within --term-timeout (1 s), the 5 s it gives a worker after "
+               "SIGKILL and its bounded cleanup, saying it leaves the worker behind (it waited for "
+               "that worker's death without bound, and never exited while the mount hung)" +
+               ("" if ok else f" (exit {rc} after {took:.1f} s): " + err[-300:]))
+
+
 @scenario("a worker writes a 100 MB error file", "worker")
 def error_file_huge(ctx):
     # Written in pieces, so that the worker stays small: the peak RSS is cohortrun's.

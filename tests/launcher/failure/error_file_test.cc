@@ -83,6 +83,46 @@ TEST(BoundedFile, SaysWhyItRefuses) {
   EXPECT_EQ(read_bounded_file("/dev/null", 10).problem, "is a character device");
 }
 
+// What a reading process writes (write_bounded_file, system calls only) reads back as the file
+// read in place would.
+TEST_F(ErrorFileTest, WrittenByAReaderProcessItReadsAsInPlace) {
+  auto through_a_file = [&](size_t max) {
+    std::FILE* out = std::tmpfile();
+    EXPECT_TRUE(write_bounded_file(path_.c_str(), max, ::fileno(out)));
+    std::string bytes;
+    std::rewind(out);
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, out)) > 0;) bytes.append(buf, n);
+    std::fclose(out);
+    return parse_written_bounded_file(bytes, max);
+  };
+  auto same = [&](size_t max) {
+    BoundedFile a = read_bounded_file(path_, max), b = through_a_file(max);
+    EXPECT_EQ(a.status, b.status);
+    EXPECT_EQ(a.text, b.text);
+    EXPECT_EQ(a.size, b.size);
+    EXPECT_EQ(a.problem, b.problem);
+  };
+  same(10);  // missing
+  write("0123456789abcdef");
+  same(100);
+  same(10);  // its last 10 bytes
+  EXPECT_EQ(through_a_file(10).text, "6789abcdef");
+  ::unlink(path_.c_str());
+  ASSERT_EQ(::mkfifo(path_.c_str(), 0600), 0);
+  same(10);
+  ::unlink(path_.c_str());
+  ASSERT_EQ(::symlink("/dev/zero", path_.c_str()), 0);
+  same(10);
+  EXPECT_EQ(through_a_file(10).problem, "is a symbolic link");
+}
+
+TEST(BoundedFile, WhatAReaderLeftUnfinishedIsRefused) {
+  auto cut = parse_written_bounded_file("{\"message\": \"half", 100);
+  EXPECT_EQ(cut.status, BoundedFile::Status::kRefused);
+  EXPECT_NE(cut.problem.find("its reader ended before it finished"), std::string::npos);
+}
+
 TEST_F(ErrorFileTest, TheReaderDeliversOnTheLoop) {
   write(R"({"message": "E: read off the loop", "timestamp": 1})");
   asio::io_context io;
@@ -94,11 +134,15 @@ TEST_F(ErrorFileTest, TheReaderDeliversOnTheLoop) {
     called = true;
     got = std::move(c);
   });
-  EXPECT_FALSE(called);  // never from inside read()
-  io.run_for(std::chrono::seconds(5));
+  EXPECT_FALSE(called);                     // never from inside read()
+  EXPECT_EQ(reader.children().size(), 1u);  // its reading process, not a stray to kill
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((!called || !reader.children().empty()) && std::chrono::steady_clock::now() < deadline)
+    io.run_one_for(std::chrono::milliseconds(100));
   ASSERT_TRUE(called);
   ASSERT_TRUE(got);
   EXPECT_EQ(got->message, "E: read off the loop");
+  EXPECT_TRUE(reader.children().empty());  // reaped
 }
 
 TEST_F(ErrorFileTest, ParentCopyCarriesTheErrorCode) {

@@ -37,7 +37,7 @@ class NodeObserverTest : public ::testing::Test {
       g.workers.push_back(w);
     }
     group_ = std::make_unique<WorkerGroup>(
-        io_, clock_, spawner_, g,
+        io_, clock_, spawner_, error_files_, g,
         WorkerGroupEvents{[this](int, std::optional<WorkerFailure>) { ++exits_; }, nullptr, nullptr,
                           nullptr, nullptr});
     group_->start();
@@ -76,6 +76,7 @@ class NodeObserverTest : public ::testing::Test {
   asio::io_context io_;
   ManualLoopClock clock_{io_};
   FakeSpawner spawner_;
+  ErrorFileReader error_files_{io_, clock_, std::chrono::seconds(2)};
   std::unique_ptr<WorkerGroup> group_;
   AgentView view_;
   int exits_ = 0;

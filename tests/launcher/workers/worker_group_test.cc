@@ -72,7 +72,8 @@ class WorkerGroupTest : public ::testing::Test {
     ev.hung = [this](int lr, WorkerFailure f) { hangs_[lr] = std::move(f); };
     ev.started = [this](pid_t pid) { started_.push_back(pid); };
     ev.reaped = [this](pid_t pid) { reaped_.push_back(pid); };
-    group_ = std::make_unique<WorkerGroup>(io_, clock_, spawner_, std::move(g), std::move(ev));
+    group_ = std::make_unique<WorkerGroup>(io_, clock_, spawner_, error_files_, std::move(g),
+                                           std::move(ev));
     group_->start();
   }
   // Runs the loop until `done` holds; false after 10 s of real time.
@@ -99,6 +100,7 @@ class WorkerGroupTest : public ::testing::Test {
   asio::io_context io_;
   ManualLoopClock clock_{io_};
   FakeSpawner spawner_;
+  ErrorFileReader error_files_{io_, clock_, std::chrono::seconds(2)};
   std::FILE* console_file_ = std::tmpfile();
   ConsoleStream console_{io_, ::fileno(console_file_)};
   std::unique_ptr<WorkerGroup> group_;
