@@ -106,14 +106,16 @@ void Listener::accept_on(size_t i) {
   acceptors_[i]->async_accept([this, i, stopped = stopped_](std::error_code ec, tcp::socket s) {
     if (*stopped || ec == asio::error::operation_aborted) return;
     if (ec) {
-      // Out of descriptors: accepting again at once would spin; retry shortly.
-      log_->warn("accept failed: {}; retrying in 50 ms", ec.message());
+      // Out of descriptors: accepting again at once would spin; retry shortly. Said a line a
+      // second at most: every queue fails every 50 ms for as long as the storm lasts.
+      if (auto line = failures_.failed(ec.message())) log_->warn("{}", *line);
       retry_timers_[i]->expires_after(std::chrono::milliseconds(50));
       retry_timers_[i]->async_wait([this, i, stopped](std::error_code e) {
         if (!e && !*stopped) accept_on(i);
       });
       return;
     }
+    if (auto line = failures_.accepted()) log_->warn("{}", *line);
     on_accept_(std::move(s));
     if (!*stopped) accept_on(i);
   });

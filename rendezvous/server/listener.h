@@ -19,6 +19,8 @@
 #include <memory>
 #include <vector>
 
+#include "cohort/base/accept_failures.h"
+
 namespace spdlog {
 class logger;
 }
@@ -53,6 +55,7 @@ class Listener {
   std::vector<std::unique_ptr<asio::steady_timer>> retry_timers_;
   std::shared_ptr<bool> stopped_ = std::make_shared<bool>(false);
   OnAccept on_accept_;
+  AcceptFailures failures_{"accept failed"};  // every queue's
   uint16_t port_ = 0;
   int queue_length_ = 0;
 };

@@ -9,11 +9,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
 #include "../../common/subprocess.h"
+#include "../raw_client.h"
 #include "cohort/rdzv/codec.h"
 #include "cohort/rdzv/tcp_store.h"
-#include "../raw_client.h"
 
 namespace cohort::rdzv {
 namespace {
@@ -128,6 +129,45 @@ TEST_F(CohortdLogTest, JsonFormatWritesOneObjectPerLine) {
   }
   EXPECT_GE(lines, 5);  // listening, three closed connections, signal, stopped
   EXPECT_EQ(warnings, 3);
+}
+
+// Out of descriptors, each of cohortd's accept queues fails an accept every 50 ms: that is a line
+// at once, then a line a second with how many failed (it was a line each failure, up to 160 a
+// second), and once accepting works again, a line saying so (issue 27).
+TEST_F(CohortdLogTest, OutOfDescriptorsFailedAcceptsAreALineASecond) {
+  Subprocess cohortd({"prlimit", "--nofile=48", COHORTD_BIN, "--host", "127.0.0.1", "--port", "0"});
+  auto address = cohortd.read_line(10s);
+  ASSERT_TRUE(address);
+  const int port = port_of(*address);
+  // More than its 48 descriptors: the rest wait in the accept queues, which keep failing.
+  std::vector<RawClient> clients;
+  for (int i = 0; i < 100; ++i) clients.emplace_back(port);
+  auto count = [](const std::string& log, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
+    return n;
+  };
+  // Until the first line that counts failures (a second after the first line).
+  std::string log;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (log.find("since the failures began") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    log += cohortd.read_some_stderr(200ms);
+  ASSERT_NE(log.find("since the failures began"), std::string::npos) << log.substr(0, 4000);
+  EXPECT_NE(log.find("accept failed: Too many open files (retrying"), std::string::npos) << log;
+  // The first line and the first count; a third only if this thread lagged a second behind.
+  EXPECT_LE(count(log, "accept failed"), 3u) << log;
+  // Descriptors freed: it accepts again, and says so once the second since its last line is out.
+  clients.clear();
+  const auto back_by = std::chrono::steady_clock::now() + 10s;
+  while (log.find("accepting again after") == std::string::npos &&
+         std::chrono::steady_clock::now() < back_by) {
+    RawClient probe(port);
+    log += cohortd.read_some_stderr(100ms);
+  }
+  EXPECT_NE(log.find("accepting again after"), std::string::npos) << log;
+  expect_served(port);
+  EXPECT_FALSE(cohortd.wait(0ms)) << "cohortd exited";
 }
 
 }  // namespace
