@@ -10,6 +10,7 @@
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
 #include <cstring>
 #include <future>
@@ -17,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cohort/base/accept_failures.h"
 #include "cohort/base/logging.h"
 #include "cohort/base/net.h"
 #include "cohort/rdzv/relay_wire.h"
@@ -41,7 +43,8 @@ class StoreRelay::Impl final : public std::enable_shared_from_this<StoreRelay::I
         options_(std::move(options)),
         log_(component_logger("relay")),
         link_(io),
-        acceptor_(io) {
+        acceptor_(io),
+        accept_retry_(io) {
     store_address_ = format_host_port(options_.store_host, options_.store_port);
     open_link();
     listen();
@@ -349,14 +352,26 @@ class StoreRelay::Impl final : public std::enable_shared_from_this<StoreRelay::I
     acceptor_.async_accept(accepted_peer_,
                            [self = shared_from_this()](std::error_code ec, tcp::socket s) {
                              if (!self->link_up_) return;
+                             if (ec == asio::error::operation_aborted) return;
                              if (ec) {
-                               if (ec == asio::error::operation_aborted) return;
-                               self->log_->warn("relay: accept failed: {}", ec.message());
-                             } else {
-                               self->on_accept(std::move(s), self->accepted_peer_.address());
+                               self->accept_failed(ec);
+                               return;
                              }
+                             if (auto line = self->accept_failures_.accepted())
+                               self->log_->warn("{}", *line);
+                             self->on_accept(std::move(s), self->accepted_peer_.address());
                              self->do_accept();
                            });
+  }
+
+  // Out of descriptors (EMFILE): accepting again at once fails the same way, spinning a core and
+  // logging each failure; retry after 50 ms as cohortd's acceptor does, a line a second at most.
+  void accept_failed(const std::error_code& ec) {
+    if (auto line = accept_failures_.failed(ec.message())) log_->warn("{}", *line);
+    accept_retry_.expires_after(std::chrono::milliseconds(50));
+    accept_retry_.async_wait([self = shared_from_this()](std::error_code e) {
+      if (!e && self->link_up_) self->do_accept();
+    });
   }
 
   void on_accept(tcp::socket s, const asio::ip::address& peer) {
@@ -465,6 +480,7 @@ class StoreRelay::Impl final : public std::enable_shared_from_this<StoreRelay::I
     lost_reason_ = why.empty() ? "stopped" : why;
     std::error_code ignored;
     acceptor_.close(ignored);
+    accept_retry_.cancel();
     link_.shutdown(tcp::socket::shutdown_both, ignored);
     link_.close(ignored);
     const size_t workers = clients_.size();
@@ -500,6 +516,8 @@ class StoreRelay::Impl final : public std::enable_shared_from_this<StoreRelay::I
   bool stopped_ = false;
   std::string lost_reason_;
   tcp::acceptor acceptor_;
+  asio::steady_timer accept_retry_;
+  AcceptFailures accept_failures_{"relay: accept failed"};
   std::string host_;
   asio::ip::address listen_address_;
   tcp::endpoint accepted_peer_;  // filled by each accept
