@@ -5,10 +5,19 @@
 #include <string>
 
 namespace cohort {
+namespace {
+
+// One optional '+' (from_chars takes '-' itself): "+-1" and "++1" are not numbers.
+bool strip_plus(std::string_view* text) {
+  if (text->empty() || text->front() != '+') return true;
+  text->remove_prefix(1);
+  return !text->empty() && text->front() != '-' && text->front() != '+';
+}
+
+}  // namespace
 
 std::optional<int64_t> parse_int64(std::string_view text) {
-  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
-  if (text.empty()) return std::nullopt;
+  if (!strip_plus(&text) || text.empty()) return std::nullopt;
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
@@ -22,8 +31,7 @@ std::optional<int> parse_int(std::string_view text, int min, int max) {
 }
 
 std::optional<double> parse_double(std::string_view text) {
-  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
-  if (text.empty()) return std::nullopt;
+  if (!strip_plus(&text) || text.empty()) return std::nullopt;
   double v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v))

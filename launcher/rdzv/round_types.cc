@@ -50,10 +50,19 @@ NodeInfo node_info_from_json(const std::string& text) {
 void check_same_settings(const std::vector<NodeInfo>& nodes) {
   if (nodes.empty()) return;
   const NodeInfo& first = nodes.front();
+  auto setting = [](const NodeInfo& n, const std::string& key) {
+    auto it = n.settings.find(key);
+    return it == n.settings.end() ? std::string("(unset)") : it->second;
+  };
   for (const NodeInfo& n : nodes) {
-    for (const auto& [key, value] : first.settings) {
-      auto it = n.settings.find(key);
-      const std::string theirs = it == n.settings.end() ? "(unset)" : it->second;
+    // Every key either node has: a setting only a later node names differs from "(unset)" too.
+    std::vector<std::string> keys;
+    for (const auto& kv : first.settings) keys.push_back(kv.first);
+    for (const auto& kv : n.settings)
+      if (!first.settings.count(kv.first)) keys.push_back(kv.first);
+    for (const std::string& key : keys) {
+      const std::string value = setting(first, key);
+      const std::string theirs = setting(n, key);
       if (theirs == value) continue;
       throw UsageError("the nodes of this job disagree on " + key + ": node " +
                        std::to_string(first.node_rank) + " (" + first.host + ") has " + value +

@@ -59,8 +59,10 @@ class StoreBridge {
   }
 
   // Waits (without a deadline) until `key` exists, then posts its value to `on_value`; a store
-  // failure posts its message to `on_error`. Replaces any earlier watch, whose callbacks then
-  // never run.
+  // failure posts its message to `on_error`. Replaces any earlier watch: its callbacks never run.
+  // The watch thread blocks on one key at a time, so the new watch begins only once the earlier
+  // one's key exists (or its wait fails): replace a watch after its key appeared, as
+  // JobRendezvous does (a round's outcome, then the next round's).
   void watch(std::string key, std::function<void(std::string)> on_value,
              std::function<void(std::string)> on_error);
 

@@ -208,6 +208,12 @@ std::string parse_error(std::string_view text) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return {};
   auto e = j.find("error");
+  // A stream's error (a watch) is an object: {"error": {"grpc_code": 5, "message": "..."}}.
+  if (e != j.end() && e->is_object()) {
+    auto m = e->find("message");
+    if (m != e->end() && m->is_string()) return m->get<std::string>();
+    return {};
+  }
   if (e == j.end()) e = j.find("message");
   if (e == j.end() || !e->is_string()) return {};
   return e->get<std::string>();

@@ -14,8 +14,8 @@ TEST(Parse, Int64IsTheWholeTextInRange) {
   EXPECT_EQ(parse_int64("+12"), 12);
   EXPECT_EQ(parse_int64("9223372036854775807"), INT64_MAX);
   EXPECT_EQ(parse_int64("-9223372036854775808"), INT64_MIN);
-  for (const char* bad :
-       {"", "+", "-", " 1", "1 ", "12abc", "1.0", "0x10", "9223372036854775808", "++1"})
+  for (const char* bad : {"", "+", "-", " 1", "1 ", "12abc", "1.0", "0x10", "9223372036854775808",
+                          "++1", "+-1", "+-0"})
     EXPECT_FALSE(parse_int64(bad)) << "'" << bad << "'";
 }
 
@@ -32,7 +32,8 @@ TEST(Parse, DoubleIsFinite) {
   EXPECT_EQ(parse_double("+1e3"), 1000.0);
   EXPECT_EQ(parse_double("-2.5"), -2.5);
   EXPECT_EQ(parse_double("5"), 5.0);
-  for (const char* bad : {"", "nan", "inf", "-inf", "1e400", "1.5s", " 1", "1,5", "+"})
+  for (const char* bad :
+       {"", "nan", "inf", "-inf", "1e400", "1.5s", " 1", "1,5", "+", "+-1", "++1"})
     EXPECT_FALSE(parse_double(bad)) << "'" << bad << "'";
 }
 

@@ -14,10 +14,10 @@
 #include <functional>
 #include <memory>
 
+#include "../workers/fake_spawner.h"
 #include "cohort/base/net.h"
 #include "cohort/error.h"
 #include "cohort/rdzv/memory_store.h"
-#include "fake_spawner.h"
 
 namespace cohort::launch {
 namespace {

@@ -10,7 +10,7 @@
 
 #include <functional>
 
-#include "../agent/fake_spawner.h"
+#include "../workers/fake_spawner.h"
 #include "cohort/base/version.h"
 
 namespace cohort::launch {

@@ -94,6 +94,15 @@ TEST(RoundTypes, NodesThatDisagreeOnASettingAreRefusedNamingBothValues) {
     EXPECT_NE(std::string(e.what()).find("node 1 (host1) has (unset)"), std::string::npos)
         << e.what();
   }
+  // A setting only a later node names is a disagreement too.
+  try {
+    check_same_settings({node(0, 1), node(1, 1, {{"--rdzv-conf", "join_timeout=5"}})});
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "the nodes of this job disagree on --rdzv-conf: node 0 (host0) has (unset), node 1 "
+              "(host1) has join_timeout=5; start every node with the same value");
+  }
 }
 
 }  // namespace

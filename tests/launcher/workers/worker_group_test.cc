@@ -1,4 +1,4 @@
-// WorkerGroup on a fake spawner (tests/launcher/agent/fake_spawner.h: descriptors the test
+// WorkerGroup on a fake spawner (tests/launcher/workers/fake_spawner.h: descriptors the test
 // controls, no process is started) and a manual clock: exits and their failures, signals, hangs
 // and stack requests, spawn failures, output routing, heartbeats and step reports, and that no
 // event outlives the group.
@@ -14,7 +14,7 @@
 #include <map>
 #include <memory>
 
-#include "../agent/fake_spawner.h"
+#include "fake_spawner.h"
 #include "loop/console.h"
 
 namespace cohort::launch {

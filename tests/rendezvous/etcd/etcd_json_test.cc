@@ -104,6 +104,12 @@ TEST(EtcdJson, LeasesErrorsAndDeletions) {
   EXPECT_EQ(parse_keepalive_ttl(R"({"ID": "1", "TTL": "3"})"), 3);  // without the envelope
   EXPECT_EQ(parse_error(R"({"error": "etcdserver: request timed out", "code": 14})"),
             "etcdserver: request timed out");
+  // A stream's error (grpc-gateway on a watch) carries its message inside an object.
+  EXPECT_EQ(
+      parse_error(
+          R"({"error": {"grpc_code": 1, "http_code": 408, "message": "context canceled", "http_status": "Request Timeout"}})"),
+      "context canceled");
+  EXPECT_EQ(parse_error(R"({"error": {"grpc_code": 1}})"), "");
   EXPECT_EQ(parse_error(R"({"count": "1"})"), "");
   EXPECT_EQ(parse_error("not json"), "");
   EXPECT_EQ(parse_deleted(R"({"header": {}, "deleted": "1"})"), 1);
