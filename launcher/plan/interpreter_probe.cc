@@ -130,7 +130,10 @@ InterpreterProbe::InterpreterProbe(
     std::string interpreter, std::vector<std::string> env,
     std::function<void(const std::optional<InterpreterInfo>&)> on_done) {
   // Spawned here, so that its pid is known before this returns (pid()); read on the thread.
-  auto [pid, out] = spawn_probe(interpreter, env);
+  // Not a structured binding: C++17 lambdas cannot capture those (clang refuses).
+  const auto spawned = spawn_probe(interpreter, env);
+  const auto pid = spawned.first;
+  const auto out = spawned.second;
   pid_ = pid;
   thread_ = std::thread([this, pid, out, on_done = std::move(on_done)] {
     pthread_setname_np(pthread_self(), "cohort-probe");
