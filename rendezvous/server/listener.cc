@@ -96,6 +96,9 @@ void Listener::start(OnAccept on_accept) {
 
 void Listener::stop() {
   *stopped_ = true;
+  // The callback may hold the listener's owner (StoreServer's shared Impl): keeping it past stop()
+  // would be a cycle that nothing frees.
+  on_accept_ = nullptr;
   std::error_code ignored;
   for (auto& a : acceptors_) a->close(ignored);
   for (auto& t : retry_timers_) t->cancel();
@@ -116,7 +119,9 @@ void Listener::accept_on(size_t i) {
       return;
     }
     if (auto line = failures_.accepted()) log_->warn("{}", *line);
-    on_accept_(std::move(s));
+    // A copy: the callback may stop the listener, which drops on_accept_.
+    const OnAccept on_accept = on_accept_;
+    on_accept(std::move(s));
     if (!*stopped) accept_on(i);
   });
 }
