@@ -123,10 +123,13 @@ TEST(SlowReaders, NeverReadingWatcherAndGetsStayUnderTheBudget) {
 
   const long hwm_kib = proc_status_kib(cohortd.pid(), "VmHWM");
   // Under AddressSanitizer, freed memory waits in its quarantine (256 MiB by default) before it is
-  // reused, and both sanitizers add shadow memory and run several times slower: there the bounds
-  // get that much more room. The Release build holds the figures (budget + 256 MiB, 100 ms).
+  // reused, and both sanitizers add shadow memory: there the memory bound gets that much more
+  // room. The Release build holds the figure (budget + 256 MiB).
   constexpr unsigned long long kSanitizerSlack = cohort::testing::kSanitized ? 512ull << 20 : 0;
-  constexpr long kWorstUs = cohort::testing::kSanitized ? 500000 : 100000;
+  // A cohortd that blocked on the readers would stall the polite client for the whole run of the
+  // writer (1.2 GB of SETs, seconds); a shared, loaded machine's scheduling alone reaches 130 ms
+  // (seen in CI), so the bound is a stall, not a latency figure. The worst is printed above.
+  constexpr long kWorstUs = 1'000'000;
   const long limit_kib = static_cast<long>((kBudget + (256ull << 20) + kSanitizerSlack) >> 10);
   std::printf(
       "cohortd VmHWM %ld MiB (sampled RSS peak %ld MiB), limit %ld MiB; polite client: "
