@@ -2,9 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loop/console.h"
 #include "failure/failure.h"
 #include "failure/json_text.h"
+#include "loop/console.h"
 
 namespace cohort::launch {
 

@@ -1,7 +1,7 @@
 #include "plan/slurm_mode.h"
 
-#include "cohort/error.h"
 #include "cohort/base/slurm.h"
+#include "cohort/error.h"
 
 namespace cohort::launch {
 

@@ -38,8 +38,8 @@
 
 #include <sys/types.h>
 
-#include "server/background_sync.h"
 #include "cohort/rdzv/server_options.h"
+#include "server/background_sync.h"
 #include "server/store_state.h"
 
 namespace cohort::rdzv {

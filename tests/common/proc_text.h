@@ -1,7 +1,7 @@
 // Test helper: /proc files of processes that may exit while a test reads them.
 //
-// The black-box tests do not link the launcher, whose read_proc_file (launcher/workers/proc_file.h) does
-// the same: std::ifstream with istreambuf_iterator throws std::ios_base::failure when a read
+// The black-box tests do not link the launcher, whose read_proc_file (launcher/workers/proc_file.h)
+// does the same: std::ifstream with istreambuf_iterator throws std::ios_base::failure when a read
 // fails because the process has just gone (ESRCH), which once failed a test that was only polling.
 #pragma once
 

@@ -128,10 +128,10 @@ void expect_prompt_stop(Subprocess& p, const std::function<bool()>& ready, int s
 TEST_F(LauncherTest, SignalWhileConnectingToTheStore) {
   // Nobody listens on the endpoint: the agent retries for the join timeout (10 minutes).
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
-  Subprocess p(cohortrun({"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-                          "--rdzv-conf", "is_host=0", "--local-addr", "127.0.0.1",
-                          "--term-timeout", "1"},
-                         test_worker({})));
+  Subprocess p(
+      cohortrun({"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+                 "--rdzv-conf", "is_host=0", "--local-addr", "127.0.0.1", "--term-timeout", "1"},
+                test_worker({})));
   auto start = Clock::now();
   expect_prompt_stop(
       p, [&] { return Clock::now() - start > 500ms; }, SIGTERM, 2000ms);
@@ -139,9 +139,9 @@ TEST_F(LauncherTest, SignalWhileConnectingToTheStore) {
 
 TEST_F(LauncherTest, SignalWhileWaitingForTheOtherNodes) {
   const std::string port = std::to_string(free_port());
-  Subprocess p(cohortrun(
-      {"--nnodes", "2", "--node-rank", "0", "--master-port", port, "--term-timeout", "1"},
-      test_worker({})));
+  Subprocess p(
+      cohortrun({"--nnodes", "2", "--node-rank", "0", "--master-port", port, "--term-timeout", "1"},
+                test_worker({})));
   auto start = Clock::now();
   expect_prompt_stop(
       p, [&] { return Clock::now() - start > 500ms; }, SIGINT, 2000ms);

@@ -12,8 +12,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "cohort/rdzv/server.h"
 #include "../common/free_port.h"
+#include "cohort/rdzv/server.h"
 #include "process_harness.h"
 
 namespace cohort::test {

@@ -6,9 +6,9 @@
 #include <future>
 
 #include "../../common/subprocess.h"
-#include "cohort/rdzv/tcp_store.h"
 #include "../hex.h"
 #include "../raw_client.h"
+#include "cohort/rdzv/tcp_store.h"
 
 namespace cohort {
 namespace {

@@ -10,8 +10,8 @@
 #include <future>
 #include <thread>
 
-#include "etcd_fixture.h"
 #include "etcd/etcd_json.h"
+#include "etcd_fixture.h"
 
 namespace cohort {
 namespace {

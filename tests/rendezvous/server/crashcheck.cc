@@ -64,10 +64,10 @@
 
 #include "../../common/sanitizer.h"
 #include "../../common/subprocess.h"
+#include "../raw_client.h"
 #include "cohort/error.h"
 #include "cohort/rdzv/codec.h"
 #include "cohort/rdzv/tcp_store.h"
-#include "../raw_client.h"
 
 namespace {
 

@@ -50,24 +50,15 @@ FloodResult flood(int silent, const std::string& token_file, const std::string& 
     ADD_FAILURE() << "descriptor limit " << rl.rlim_cur;
     return r;
   }
-  std::vector<std::string> argv = {COHORTD_BIN,
-                                   "--host",
-                                   "127.0.0.1",
-                                   "--port",
-                                   "0",
-                                   "--max-connections",
-                                   std::to_string(kFlood),
-                                   "--max-connections-per-address",
-                                   "0",
-                                   "--handshake-timeout",
-                                   std::to_string(kDeadline.count() / 1000.0),
-                                   "--first-request-timeout",
-                                   std::to_string(kDeadline.count() / 1000.0),
-                                   // One accept queue: the flood is accepted in the order it came
-                                   // (several queues are accepted in no particular order), so the
-                                   // newcomer below finds cohortd full.
-                                   "--accept-queues",
-                                   "1"};
+  std::vector<std::string> argv = {
+      COHORTD_BIN, "--host", "127.0.0.1", "--port", "0", "--max-connections",
+      std::to_string(kFlood), "--max-connections-per-address", "0", "--handshake-timeout",
+      std::to_string(kDeadline.count() / 1000.0), "--first-request-timeout",
+      std::to_string(kDeadline.count() / 1000.0),
+      // One accept queue: the flood is accepted in the order it came
+      // (several queues are accepted in no particular order), so the
+      // newcomer below finds cohortd full.
+      "--accept-queues", "1"};
   if (!token_file.empty()) {
     argv.push_back("--auth-token-file");
     argv.push_back(token_file);

@@ -11,9 +11,9 @@
 
 #include "../../common/sanitizer.h"
 #include "../../common/subprocess.h"
+#include "../raw_client.h"
 #include "cohort/rdzv/codec.h"
 #include "cohort/rdzv/tcp_store.h"
-#include "../raw_client.h"
 
 namespace cohort::rdzv {
 namespace {

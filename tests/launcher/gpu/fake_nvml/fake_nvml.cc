@@ -1,8 +1,8 @@
 // A stand-in for NVIDIA's libnvidia-ml.so.1, for tests on machines without a GPU. It exports the
 // NVML functions cohort uses, under their versioned names (and only those: a caller that asked
 // for an unversioned name would not find it), with the C types of NVML's public nvml.h, declared
-// here on their own rather than taken from cohort's launcher/gpu/nvml_api.h, so that a mistake there
-// is not repeated here.
+// here on their own rather than taken from cohort's launcher/gpu/nvml_api.h, so that a mistake
+// there is not repeated here.
 //
 // It answers from a script, a JSON file named by COHORT_FAKE_NVML_SCRIPT, read by nvmlInit_v2:
 //   {"init": 0,                        nvmlInit_v2's return code (9: driver not loaded)
