@@ -618,6 +618,8 @@ void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outco
   // The first round's workers start as always; the fork servers import beside them, for the
   // restarts (those already running are kept).
   if (forks_) forks_->start(group_->spec());
+  // When the job healed, for `cohortctl status`; a store that cannot take it says so elsewhere.
+  rdzv_->publish_running(a.round, a.node_rank, wall_clock_now(), [](std::exception_ptr) {});
   worker_pids_ = group_->running_pids();
   int lr = 0;
   for (pid_t pid : worker_pids_) {

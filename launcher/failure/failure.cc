@@ -116,6 +116,7 @@ std::string to_json(const Outcome& o) {
          {"restarts", o.restarts},
          {"detail", o.detail}};
   if (o.first_failure) j["first_failure"] = failure_json(*o.first_failure);
+  if (o.decided_at > 0) j["decided_at"] = o.decided_at;
   return json_text(j);
 }
 
@@ -156,6 +157,7 @@ Outcome outcome_from_json(const std::string& text) {
     o.restarts = j.value("restarts", 0);
     o.detail = j.value("detail", "");
     if (j.contains("first_failure")) o.first_failure = failure_from(j["first_failure"]);
+    o.decided_at = j.value("decided_at", 0.0);
     return o;
   } catch (const std::exception& e) {
     throw ProtocolError(std::string("malformed outcome record in the store: ") + e.what());

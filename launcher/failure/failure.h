@@ -41,6 +41,9 @@ struct Outcome {
   int restarts = 0;    // the job's restart count once this outcome is applied
   std::string detail;  // why, in words ("SIGTERM received on node 1", "node b lost: ...")
   std::optional<WorkerFailure> first_failure;  // kFailed: the deciding node's earliest failure
+  // Wall clock (seconds since the epoch) when the deciding node published it; 0: unknown (a
+  // record of an older cohortrun). round_ops::publish_outcome fills it.
+  double decided_at = 0;
 };
 
 // Where a failure happened: the worker (or node) it is about.

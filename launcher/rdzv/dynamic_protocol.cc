@@ -98,7 +98,7 @@ std::string in_seconds(std::chrono::milliseconds d) {
 }  // namespace
 
 RankAssignment DynamicProtocol::join(Store& store, int after_round, NodeInfo self,
-                                     const std::function<void(int, NodeInfo*)>& on_rank_known) {
+                                     const RankKnown& on_rank_known) {
   const auto join_deadline = clock_.now() + settings_.join_timeout;
   bool saw_min = false;
   Clock::time_point min_seen;  // when this node first saw MIN participants
@@ -132,7 +132,7 @@ RankAssignment DynamicProtocol::join(Store& store, int after_round, NodeInfo sel
         std::sort(sorted.begin(), sorted.end());
         self.node_rank =
             static_cast<int>(std::find(sorted.begin(), sorted.end(), self.id) - sorted.begin());
-        if (on_rank_known) on_rank_known(self.node_rank, &self);
+        if (on_rank_known) on_rank_known(round, self.node_rank, &self);
         int restarts = round_ops::restarts_after(store, round - 1);
         auto nodes =
             round_ops::exchange_node_info(store, round, self, n, settings_.node_info_timeout);

@@ -40,7 +40,7 @@ class DynamicProtocol final : public RendezvousProtocol {
   explicit DynamicProtocol(DynamicSettings settings, Clock& clock = Clock::steady())
       : settings_(settings), clock_(clock) {}
   RankAssignment join(Store& store, int after_round, NodeInfo self,
-                      const std::function<void(int, NodeInfo*)>& on_rank_known) override;
+                      const RankKnown& on_rank_known) override;
 
  private:
   DynamicSettings settings_;

@@ -189,6 +189,11 @@ ElasticJob::ElasticJob(asio::io_context& io, LoopClock& clock, std::string run_i
       advertised_(std::move(setup.advertised)),
       node_id_(std::move(setup.node_id)),
       protocol_(dynamic_settings(settings_), clock.clock()),
+      round_stores_(settings_.store_override
+                        ? nullptr
+                        : std::make_unique<RoundStores>(
+                              advertised_.find(':') != std::string::npos ? "::" : "0.0.0.0",
+                              settings_.security)),
       keep_alive_timer_(clock.make_timer()),
       liveness_(std::make_shared<LivenessMonitor>(node_id_, settings_.conf.liveness_timeout(),
                                                   settings_.conf.keep_alive_interval,
@@ -196,9 +201,7 @@ ElasticJob::ElasticJob(asio::io_context& io, LoopClock& clock, std::string run_i
 
 ElasticJob::~ElasticJob() {
   keep_alive_timer_->cancel();
-  stop_bridge();  // its threads may run protocol_.join() or use liveness_ and worker_store_
-  std::lock_guard lock(worker_store_mu_);
-  worker_store_.reset();
+  stop_bridge();  // its threads may run protocol_.join() or use liveness_ and round_stores_
 }
 
 HostPort ElasticJob::worker_store(const RankAssignment& a) const {
@@ -211,22 +214,7 @@ void ElasticJob::join(int after_round, NodeInfo self,
   self.id = node_id_;
   self.addr = advertised_;
   self.endpoint_store = endpoint_store_ != nullptr;
-  const bool host_worker_store = !settings_.store_override;
-  auto on_rank_known = [this, host_worker_store](int node_rank, NodeInfo* me) {
-    if (node_rank != 0 || !host_worker_store) return;
-    // Node rank 0 serves this round's workers a fresh store: no key of an earlier round lingers.
-    const std::string listen = me->addr.find(':') != std::string::npos ? "::" : "0.0.0.0";
-    auto server = host_store(listen, 0, settings_.security);
-    me->store_port = server->port();
-    std::lock_guard lock(worker_store_mu_);
-    worker_store_ = std::move(server);
-  };
-  DynamicProtocol* protocol = &protocol_;
-  bridge().call<RankAssignment>(
-      [protocol, after_round, self, on_rank_known](Store& s) {
-        return protocol->join(s, after_round, self, on_rank_known);
-      },
-      std::move(done));
+  join_through(&protocol_, round_stores_.get(), after_round, std::move(self), std::move(done));
 }
 
 void ElasticJob::start_keep_alive(const RankAssignment& a,

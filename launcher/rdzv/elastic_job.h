@@ -1,7 +1,8 @@
 // ElasticJob: MIN:MAX nodes meeting through a c10d endpoint (a standalone cohortd, or the store an
 // agent hosts on that endpoint) or through etcd, in rounds that re-form as nodes fail, vanish or
 // arrive (DynamicProtocol); keep-alives and lost-node detection while a round runs
-// (LivenessMonitor); and a fresh store for each round's workers, hosted by node rank 0.
+// (LivenessMonitor); and a store of their own for each round's workers, hosted by node rank 0
+// (rdzv/round_stores.h).
 //
 // Hosting the endpoint: when it names this machine and nobody serves it yet, this agent starts the
 // rendezvous store there (torchrun's c10d behaviour; rdzv-conf is_host overrides the guess), as a
@@ -11,14 +12,12 @@
 // it, since no other node could learn the port.
 #pragma once
 
-#include <mutex>
-
 #include "cohort/rdzv/tcp_store.h"
+#include "plan/rdzv_conf.h"
 #include "rdzv/dynamic_protocol.h"
 #include "rdzv/endpoint_store.h"
 #include "rdzv/job_rendezvous.h"
 #include "rdzv/liveness_monitor.h"
-#include "plan/rdzv_conf.h"
 #include "rdzv/store_host.h"
 
 namespace cohort::launch {
@@ -86,8 +85,9 @@ class ElasticJob final : public JobRendezvous {
   std::string node_id_;
   DynamicProtocol protocol_;
 
-  std::mutex worker_store_mu_;  // the worker store is made on the bridge's thread
-  std::unique_ptr<rdzv::StoreServerThread> worker_store_;  // node rank 0's, this round
+  // Each round's workers' store, hosted while this node is node rank 0 (null: tests that host
+  // nothing); the bridge's thread opens them.
+  std::unique_ptr<RoundStores> round_stores_;
 
   std::unique_ptr<LoopTimer> keep_alive_timer_;
   std::shared_ptr<LivenessMonitor> liveness_;  // used on the bridge's thread

@@ -114,6 +114,29 @@ void JobRendezvous::publish_failure(int round, int node_rank, int restart_count,
       unless_moved(std::move(done)));
 }
 
+void JobRendezvous::join_through(RendezvousProtocol* protocol, RoundStores* round_stores,
+                                 int after_round, NodeInfo self,
+                                 std::function<void(std::exception_ptr, RankAssignment)> done) {
+  bridge_->call<RankAssignment>(
+      [protocol, round_stores, after_round, self](Store& s) {
+        auto on_rank_known = [round_stores, &s](int round, int node_rank, NodeInfo* me) {
+          if (round_stores == nullptr || node_rank != 0) return;
+          me->store_port = round_stores->open(
+              round, [&s](int port) { return round_ops::claim_worker_port(s, port); });
+        };
+        RankAssignment a = protocol->join(s, after_round, self, on_rank_known);
+        // Every node of the new round has left the earlier ones (stopped its workers there).
+        if (round_stores != nullptr) round_stores->close_before(a.round);
+        return a;
+      },
+      std::move(done));
+}
+
+void JobRendezvous::publish_running(int round, int node_rank, double started_at, Done done) {
+  bridge_->run([=](Store& s) { round_ops::publish_running(s, round, node_rank, started_at); },
+               unless_moved(std::move(done)));
+}
+
 void JobRendezvous::publish_success(int round, int node_rank, int nnodes, Done done) {
   bridge_->run([=](Store& s) { round_ops::publish_success(s, round, node_rank, nnodes); },
                unless_moved(std::move(done)));

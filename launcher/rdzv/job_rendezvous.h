@@ -24,7 +24,9 @@
 #include "failure/failure.h"
 #include "loop/loop_clock.h"
 #include "rdzv/lobby.h"
+#include "rdzv/rendezvous_protocol.h"
 #include "rdzv/round_relays.h"
+#include "rdzv/round_stores.h"
 #include "rdzv/round_types.h"
 #include "rdzv/store_bridge.h"
 
@@ -85,6 +87,9 @@ class JobRendezvous {
                         std::function<void(std::exception_ptr, std::vector<lobby::Waiting>)> done);
   // Counts this node out; when it hosts the store, waits up to `timeout` for the others.
   void exit_barrier(int round, int nnodes, std::chrono::milliseconds timeout, Done done);
+  // Records that this node's workers of `round` started at `started_at` (wall clock, seconds since
+  // the epoch): with the previous round's outcome, how long the job took to heal.
+  void publish_running(int round, int node_rank, double started_at, Done done);
 
   // Opens this node's relay to round `a.round`'s workers' store (rdzv/round_relays.h), off the
   // loop, and closes this node's relays of earlier rounds (their workers have stopped: a node
@@ -105,6 +110,13 @@ class JobRendezvous {
   // Interrupts and joins the bridge's threads. Derived classes whose members the store thread
   // touches call it first in their destructors.
   void stop_bridge() { bridge_.reset(); }
+  // join() for both rendezvous: `protocol->join` on the store thread. When this node is node rank
+  // 0 of the round, it opens the round's workers' store in `round_stores` (null: this agent hosts
+  // none) on a port claimed job-wide and publishes the port in its NodeInfo; once the round has
+  // formed, the workers' stores of earlier rounds are closed (rdzv/round_stores.h). `protocol` and
+  // `round_stores` must outlive the bridge.
+  void join_through(RendezvousProtocol* protocol, RoundStores* round_stores, int after_round,
+                    NodeInfo self, std::function<void(std::exception_ptr, RankAssignment)> done);
   asio::io_context& io_;
   LoopClock& clock_;
   std::string run_id_;

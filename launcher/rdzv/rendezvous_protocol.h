@@ -13,13 +13,14 @@ namespace cohort::launch {
 
 class RendezvousProtocol {
  public:
+  using RankKnown = std::function<void(int round, int node_rank, NodeInfo* self)>;
   virtual ~RendezvousProtocol() = default;
   // Blocks until this node takes part in a complete round after `after_round` (-1: the first)
-  // and every node of it has published its NodeInfo. `on_rank_known(node_rank, &self)` runs once
-  // the node rank is fixed and before `self` is published. Throws StoreError / StoreTimeoutError
-  // (a TimeoutError) naming what did not arrive.
+  // and every node of it has published its NodeInfo. `on_rank_known(round, node_rank, &self)` runs
+  // once the round and the node rank are fixed and before `self` is published. Throws StoreError /
+  // StoreTimeoutError (a TimeoutError) naming what did not arrive.
   virtual RankAssignment join(Store& store, int after_round, NodeInfo self,
-                              const std::function<void(int, NodeInfo*)>& on_rank_known) = 0;
+                              const RankKnown& on_rank_known) = 0;
 };
 
 // Every agent publishes its NodeInfo under round/<r>/node/<node_rank> and reads all of them.
@@ -28,7 +29,7 @@ class StaticProtocol final : public RendezvousProtocol {
   StaticProtocol(int nnodes, std::chrono::milliseconds timeout)
       : nnodes_(nnodes), timeout_(timeout) {}
   RankAssignment join(Store& store, int after_round, NodeInfo self,
-                      const std::function<void(int, NodeInfo*)>& on_rank_known) override;
+                      const RankKnown& on_rank_known) override;
 
  private:
   int nnodes_;

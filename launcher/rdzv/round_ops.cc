@@ -1,5 +1,7 @@
 #include "rdzv/round_ops.h"
 
+#include <cstdio>
+
 namespace cohort::launch {
 namespace round_ops {
 
@@ -39,7 +41,19 @@ int restarts_after(Store& store, int round) {
 }
 
 void publish_outcome(Store& store, int round, Outcome outcome) {
+  if (outcome.decided_at == 0) outcome.decided_at = wall_clock_now();
   store.compare_set(keys::outcome(round), "", to_json(outcome));
+}
+
+void publish_running(Store& store, int round, int node_rank, double started_at) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", started_at);
+  store.set(keys::running(round, node_rank), text);
+}
+
+bool claim_worker_port(Store& store, int port) {
+  // An add has one first caller however many race: exactly one claim of a port sees 1.
+  return store.add(keys::worker_port(port), 1) == 1;
 }
 
 void publish_failure(Store& store, int round, int node_rank, int restart_count,

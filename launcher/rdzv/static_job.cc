@@ -18,6 +18,7 @@ StaticJob::Hosting host_if_node0(const StaticJobSettings& s) {
   const std::string listen =
       s.nnodes == 1 ? listen_address_for(h.workers.host) : (v6 ? "::" : "0.0.0.0");
   h.server = host_store(listen, s.master_port, s.security);
+  h.listen = listen;
   h.workers.port = h.self.port = h.server->port();
   h.self.host = local_dial_address(listen);
   return h;
@@ -56,6 +57,9 @@ StaticJob::StaticJob(asio::io_context& io, LoopClock& clock, std::string run_id,
       settings_(std::move(settings)),
       hosted_(std::move(hosting.server)),
       master_(hosting.workers),
+      round_stores_(hosted_ != nullptr
+                        ? std::make_unique<RoundStores>(hosting.listen, settings_.security)
+                        : nullptr),
       hosts_for_others_(hosted_ != nullptr && settings_.nnodes > 1),
       protocol_(settings_.nnodes, settings_.timeout) {
   if (hosted_) log_->info("store listening on {} (run id '{}')", hosted_->address(), run_id_);
@@ -67,12 +71,14 @@ StaticJob::~StaticJob() {
 
 void StaticJob::join(int after_round, NodeInfo self,
                      std::function<void(std::exception_ptr, RankAssignment)> done) {
-  StaticProtocol* protocol = &protocol_;
-  bridge().call<RankAssignment>(
-      [protocol, after_round, self](Store& s) {
-        return protocol->join(s, after_round, self, nullptr);
-      },
-      std::move(done));
+  join_through(&protocol_, round_stores_.get(), after_round, std::move(self), std::move(done));
+}
+
+HostPort StaticJob::worker_store(const RankAssignment& a) const {
+  // Node 0's store of this round, on the master address; without one (tests that host nothing),
+  // the master store itself.
+  const int port = a.nodes.empty() ? 0 : a.nodes.front().store_port;
+  return port != 0 ? HostPort{master_.host, port} : master_;
 }
 
 }  // namespace cohort::launch

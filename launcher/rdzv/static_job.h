@@ -1,6 +1,8 @@
 // StaticJob: torchrun's static rendezvous. A fixed number of nodes, each told its node rank;
-// node 0 hosts the store on the master address and port, and that store is also every round's
-// workers' store (MASTER_ADDR:MASTER_PORT).
+// node 0 hosts the rendezvous store on the master address and port. Each round's workers get a
+// store of their own (MASTER_ADDR is the master address, MASTER_PORT that round's port), which
+// node 0 also hosts (rdzv/round_stores.h); unlike torchrun's static rendezvous, where the workers
+// share the agents' store on the master port across rounds.
 #pragma once
 
 #include "rdzv/job_rendezvous.h"
@@ -28,7 +30,7 @@ class StaticJob final : public JobRendezvous {
             std::shared_ptr<spdlog::logger> log);
   ~StaticJob() override;
 
-  HostPort worker_store(const RankAssignment&) const override { return master_; }
+  HostPort worker_store(const RankAssignment& a) const override;
   void join(int after_round, NodeInfo self,
             std::function<void(std::exception_ptr, RankAssignment)> done) override;
   bool hosts_store() const override { return hosts_for_others_; }
@@ -38,6 +40,7 @@ class StaticJob final : public JobRendezvous {
     std::unique_ptr<rdzv::StoreServerThread> server;
     HostPort workers;
     HostPort self;
+    std::string listen;  // where node 0's stores listen
   };
 
  private:
@@ -47,7 +50,8 @@ class StaticJob final : public JobRendezvous {
 
   StaticJobSettings settings_;
   std::unique_ptr<rdzv::StoreServerThread> hosted_;  // node 0's store
-  HostPort master_;                                  // the store, as workers dial it
+  HostPort master_;                                  // the master store, as every node dials it
+  std::unique_ptr<RoundStores> round_stores_;        // node 0: each round's workers' store
   bool hosts_for_others_ = false;
   StaticProtocol protocol_;
 };

@@ -72,6 +72,12 @@ std::string exit_count(int round) {
 std::string exit_all(int round) {
   return exit_count(round) + "/all";
 }
+std::string running(int round, int node_rank) {
+  return round_key(round, "running/" + num(node_rank));
+}
+std::string worker_port(int port) {
+  return "worker_port/" + num(port);
+}
 std::string status(int node_rank) {
   return "status/" + num(node_rank);
 }
@@ -106,15 +112,20 @@ ParsedKey parse(std::string_view key) {
       k.kind = Kind::kExitCount;
     } else if (p.size() == 4 && p[2] == "exit" && p[3] == "all") {
       k.kind = Kind::kExitAll;
-    } else if (p.size() == 4 && (p[2] == "node" || p[2] == "failures")) {
+    } else if (p.size() == 4 && (p[2] == "node" || p[2] == "failures" || p[2] == "running")) {
       auto n = number(p[3]);
       if (!n) return k;
-      k.kind = p[2] == "node" ? Kind::kNode : Kind::kFailures;
+      k.kind = p[2] == "node" ? Kind::kNode : p[2] == "failures" ? Kind::kFailures : Kind::kRunning;
       k.node_rank = *n;
     } else {
       return k;
     }
     k.round = *round;
+  } else if (p[0] == "worker_port" && p.size() == 2) {
+    if (auto port = number(p[1])) {
+      k.kind = Kind::kWorkerPort;
+      k.port = *port;
+    }
   } else if (p[0] == "status" && p.size() == 2) {
     if (auto n = number(p[1])) {
       k.kind = Kind::kStatus;

@@ -30,6 +30,15 @@ std::string outcome(int round);                  // "round/<r>/outcome": decided
 std::string failures(int round, int node_rank);  // "round/<r>/failures/<n>": the node's failures
 std::string exit_count(int round);               // "round/<r>/exit": nodes past the exit barrier
 std::string exit_all(int round);                 // "round/<r>/exit/all": set by the last of them
+// "round/<r>/running/<n>": when node n's workers of round r started (Unix seconds, as text); with
+// the previous round's failure time, how long the job took to heal (ctl/job_status.h).
+std::string running(int round, int node_rank);
+
+// ---- the workers' stores (rdzv/round_stores.h)
+// ---------------------------------------------------
+// "worker_port/<port>": a counter, 1 once a round's workers' store of this job has listened on
+// `port`; no later round's store takes that port (round_ops::claim_worker_port).
+std::string worker_port(int port);
 
 // ---- what each node agent says of itself while the job runs (observe/node_status.h)
 // --------------
@@ -60,6 +69,8 @@ struct ParsedKey {
     kFailures,
     kExitCount,
     kExitAll,
+    kRunning,
+    kWorkerPort,
     kStatus,
     kCurrentRound,
     kRoundState,
@@ -68,9 +79,11 @@ struct ParsedKey {
     kAlive,
   };
   Kind kind = Kind::kOther;
-  int round = -1;      // kNode, kDoneCount, kOutcome, kFailures, kExit*, kRoundState, kRoundChanged
-  int node_rank = -1;  // kNode, kFailures, kStatus
-  int version = -1;    // kRoundChanged
+  int round = -1;       // kNode, kDoneCount, kOutcome, kFailures, kExit*, kRunning, kRoundState,
+                        // kRoundChanged
+  int node_rank = -1;   // kNode, kFailures, kRunning, kStatus
+  int version = -1;     // kRoundChanged
+  int port = -1;        // kWorkerPort
   std::string node_id;  // kKeepAlive, kAlive
 };
 

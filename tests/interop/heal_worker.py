@@ -9,7 +9,8 @@ launcher must restart the group; the last attempt takes every step and exits 0.
 Before its process group exists, every rank also looks at the store the launcher gave this
 attempt (MASTER_ADDR:MASTER_PORT) as a plain TCPStore client: a key that any rank wrote there in
 an earlier attempt must be absent (exit 9, "STALE ..."), and it writes its own for the next
-attempt to look for. gloo's own addresses of the previous attempt are looked for too.
+attempt to look for; no rank builds its group before every rank has looked, so gloo's own
+addresses, which PyTorch 2.x names the same in every attempt, are looked for too.
 --no-probe leaves the store alone (the benchmark counts what heals on its own).
 
 Each attempt is bounded: --attempt-timeout seconds for the store and for gloo (default 30), so a
@@ -66,6 +67,8 @@ def probe_store(attempt, rank, world, timeout):
         print(f"STALE attempt {attempt} rank {rank} sees {seen}", flush=True)
         sys.exit(STALE_EXIT)
     store.set(f"heal/probe/{attempt}/{rank}", str(os.getpid()))
+    # No rank builds its group (and writes this attempt's gloo keys) before every rank has looked.
+    store.wait([f"heal/probe/{attempt}/{r}" for r in range(world)])
     return store
 
 

@@ -224,7 +224,11 @@ TEST_F(LauncherTest, TwoStaticNodesFormOneJob) {
     EXPECT_EQ(env["GROUP_RANK"], std::to_string(rank / 2));
     EXPECT_EQ(env["LOCAL_RANK"], std::to_string(rank % 2));
     EXPECT_EQ(env["GROUP_WORLD_SIZE"], "2");
-    EXPECT_EQ(env["MASTER_PORT"], port);
+    // The round's own workers' store on node 0 (rdzv/round_stores.h), not the agents' store on
+    // --master-port; the same one for every rank.
+    EXPECT_NE(env["MASTER_PORT"], port);
+    EXPECT_EQ(env["MASTER_PORT"], worker_env(0, 0)["MASTER_PORT"]);
+    EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
   }
 }
 
@@ -243,6 +247,9 @@ TEST_F(LauncherTest, FailureOnOneNodeRestartsEveryNode) {
   EXPECT_EQ(WEXITSTATUS(*s1), 0) << n1.read_all_stderr(1s);
   EXPECT_TRUE(exists(worker_file(0, 1, "env")));
   EXPECT_TRUE(exists(worker_file(1, 1, "env")));
+  // Each round's workers have a store of their own, on a port no earlier round used.
+  EXPECT_EQ(worker_env(0, 1)["MASTER_PORT"], worker_env(1, 1)["MASTER_PORT"]);
+  EXPECT_NE(worker_env(0, 1)["MASTER_PORT"], worker_env(0, 0)["MASTER_PORT"]);
 }
 
 TEST_F(LauncherTest, FailureOnOneNodeIsTheRootCauseOnBoth) {

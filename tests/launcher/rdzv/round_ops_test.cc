@@ -1,11 +1,13 @@
 // The per-round bookkeeping in the store, on the in-memory store and a manual clock: node records,
-// the outcome decided once, failures collected from every node, the success count, status records
-// and the exit barrier.
+// the outcome decided once (and when), failures collected from every node, the success count,
+// status records, the exit barrier, and the job-wide claim of the workers' store ports.
 #include "rdzv/round_ops.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
+#include <thread>
 
 #include "cohort/error.h"
 #include "cohort/rdzv/memory_store.h"
@@ -172,6 +174,43 @@ TEST_F(RoundOpsTest, NodeRankZeroReadsEveryStatusRecordThatExists) {
   const auto records = round_ops::publish_status(store_, 0, 3, "zero");
   EXPECT_EQ(records, (std::vector<std::string>{"zero", "two"}));  // node 1 has not published
   EXPECT_EQ(store_.get(keys::status(0)), "zero");
+}
+
+TEST_F(RoundOpsTest, AnOutcomeIsStampedWithWhenItWasDecided) {
+  const double before = wall_clock_now();
+  round_ops::publish_failure(store_, 0, 1, 0, {failure(1, 0, "exited with code 3")});
+  const auto o = round_ops::outcome_of(store_, 0);
+  ASSERT_TRUE(o);
+  EXPECT_GE(o->decided_at, before);
+  EXPECT_LE(o->decided_at, wall_clock_now());
+  round_ops::publish_running(store_, 1, 0, 1234.5);
+  EXPECT_EQ(store_.get(keys::running(1, 0)), "1234.500");
+}
+
+TEST_F(RoundOpsTest, AWorkerPortIsClaimedOncePerJob) {
+  MemoryStore& store = store_;
+  EXPECT_TRUE(round_ops::claim_worker_port(store, 4242));
+  EXPECT_FALSE(round_ops::claim_worker_port(store, 4242));
+  // Not confused with ports whose digits it contains, or that contain its digits.
+  EXPECT_TRUE(round_ops::claim_worker_port(store, 424));
+  EXPECT_TRUE(round_ops::claim_worker_port(store, 42420));
+  EXPECT_TRUE(round_ops::claim_worker_port(store, 2));
+  EXPECT_FALSE(round_ops::claim_worker_port(store, 424));
+}
+
+TEST_F(RoundOpsTest, ConcurrentClaimsOfOnePortHaveOneWinner) {
+  MemoryStore& store = store_;
+  std::atomic<int> winners{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int port = 1000; port < 1100; ++port) {
+        if (round_ops::claim_worker_port(store, port)) ++winners;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(winners.load(), 100);
 }
 
 }  // namespace

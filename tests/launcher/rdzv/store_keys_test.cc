@@ -19,6 +19,10 @@ TEST(StoreKeys, EveryBuilderParsesBackToWhatBuiltIt) {
       EXPECT_EQ(failures.kind, Kind::kFailures);
       EXPECT_EQ(failures.round, round);
       EXPECT_EQ(failures.node_rank, n);
+      auto running = keys::parse(keys::running(round, n));
+      EXPECT_EQ(running.kind, Kind::kRunning);
+      EXPECT_EQ(running.round, round);
+      EXPECT_EQ(running.node_rank, n);
       auto status = keys::parse(keys::status(n));
       EXPECT_EQ(status.kind, Kind::kStatus);
       EXPECT_EQ(status.node_rank, n);
@@ -36,6 +40,11 @@ TEST(StoreKeys, EveryBuilderParsesBackToWhatBuiltIt) {
     EXPECT_EQ(keys::parse(keys::round_state(round)).round, round);
   }
   EXPECT_EQ(keys::parse(keys::current_round()).kind, Kind::kCurrentRound);
+  for (int port : {1, 29500, 65535}) {
+    auto wp = keys::parse(keys::worker_port(port));
+    EXPECT_EQ(wp.kind, Kind::kWorkerPort);
+    EXPECT_EQ(wp.port, port);
+  }
   for (std::string id : {"host-1:4242:abc", "a/b"}) {
     auto hb = keys::parse(keys::keep_alive(id));
     EXPECT_EQ(hb.kind, Kind::kKeepAlive);
@@ -47,11 +56,28 @@ TEST(StoreKeys, EveryBuilderParsesBackToWhatBuiltIt) {
 }
 
 TEST(StoreKeys, KeysOfNoBuilderAreOther) {
-  for (const char* k :
-       {"", "round", "round/1", "round/x/outcome", "round/01/outcome", "round/-1/outcome",
-        "round/1/node", "round/1/node/2/3", "round/1/nodes/2", "status", "status/", "status/+2",
-        "rdzv/current/1", "rdzv/hb/", "rdzv/round/1/changed", "rdzv/round/1/changed/v",
-        "workers/round/1/x", "round/99999999999999999999/outcome"}) {
+  for (const char* k : {"",
+                        "round",
+                        "round/1",
+                        "round/x/outcome",
+                        "round/01/outcome",
+                        "round/-1/outcome",
+                        "round/1/node",
+                        "round/1/node/2/3",
+                        "round/1/running",
+                        "worker_port",
+                        "worker_port/x",
+                        "worker_port/1/2",
+                        "round/1/nodes/2",
+                        "status",
+                        "status/",
+                        "status/+2",
+                        "rdzv/current/1",
+                        "rdzv/hb/",
+                        "rdzv/round/1/changed",
+                        "rdzv/round/1/changed/v",
+                        "workers/round/1/x",
+                        "round/99999999999999999999/outcome"}) {
     EXPECT_EQ(keys::parse(k).kind, Kind::kOther) << k;
   }
 }

@@ -1,0 +1,89 @@
+// RoundStores: each round's workers' store starts empty, never takes a port that its claim refuses
+// (one an earlier round of the job used; round_ops_test.cc tests the claim), and closes once a
+// later round has formed, so that a client of an old round (one that reconnects, too) reaches its
+// own round's store or nothing. In-process stores on 127.0.0.1.
+#include "rdzv/round_stores.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "cohort/error.h"
+#include "cohort/rdzv/tcp_store.h"
+
+namespace cohort::launch {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::unique_ptr<TcpStore> client(int port) {
+  TcpStoreOptions o;
+  o.host = "127.0.0.1";
+  o.port = port;
+  o.timeout = 2s;
+  o.connect_timeout = 500ms;
+  return std::make_unique<TcpStore>(o);
+}
+
+bool accept_any(int) {
+  return true;
+}
+
+TEST(RoundStores, EachRoundHasAnEmptyStoreAndEarlierOnesCloseOnceTheNextHasFormed) {
+  RoundStores stores("127.0.0.1", {});
+  const int p0 = stores.open(0, accept_any);
+  auto old_worker = client(p0);
+  old_worker->set("default_pg/0//cpu//0/1", "round 0's address");
+  const int p1 = stores.open(1, accept_any);
+  ASSERT_NE(p0, p1);
+  auto new_worker = client(p1);
+  const std::vector<std::string> key{"default_pg/0//cpu//0/1"};
+  EXPECT_FALSE(new_worker->check(key));
+  EXPECT_EQ(stores.open(1, accept_any), p1) << "a round is opened once";
+  EXPECT_EQ(stores.open_rounds(), (std::vector<int>{0, 1}));
+
+  stores.close_before(1);
+  EXPECT_EQ(stores.open_rounds(), (std::vector<int>{1}));
+  const std::vector<std::string> late{"late"};
+  // The old round's worker is cut off: its connection is closed (a SET, which has no reply, may
+  // still leave it, into nothing), and reconnecting finds nothing.
+  try {
+    old_worker->set("late", "write");
+  } catch (const StoreError&) {
+  }
+  EXPECT_THROW(old_worker->check(late), StoreError);
+  EXPECT_THROW(client(p0), StoreError);
+  EXPECT_FALSE(new_worker->check(late));
+  new_worker->set("k", "v");  // the open round is untouched
+  EXPECT_EQ(new_worker->get("k"), "v");
+}
+
+TEST(RoundStores, APortTheClaimRefusesIsHeldUntilAnotherIsAccepted) {
+  RoundStores stores("127.0.0.1", {});
+  std::vector<int> offered;
+  const int port = stores.open(0, [&](int p) {
+    offered.push_back(p);
+    return offered.size() > 5;  // the first five were "used by earlier rounds"
+  });
+  ASSERT_EQ(offered.size(), 6u);
+  EXPECT_EQ(port, offered.back());
+  // Held while the search went on, so the kernel offered a different port every time.
+  EXPECT_EQ(std::set<int>(offered.begin(), offered.end()).size(), offered.size());
+  // The refused ports were let go; the accepted one serves.
+  for (size_t i = 0; i + 1 < offered.size(); ++i) EXPECT_THROW(client(offered[i]), StoreError);
+  client(port)->set("k", "v");
+}
+
+TEST(RoundStores, AClaimThatRefusesEveryPortIsAnErrorNotALoop) {
+  RoundStores stores("127.0.0.1", {});
+  try {
+    stores.open(3, [](int) { return false; });
+    FAIL() << "open() returned";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("round 3"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(stores.open_rounds().empty());
+}
+
+}  // namespace
+}  // namespace cohort::launch
