@@ -97,10 +97,10 @@ JobStatus read_job(Store& store, const std::string& run_id,
   const std::string prefix = keys::run_prefix(run_id) + "/";
 
   // Which records there are: round/<r>/node/<n>, round/<r>/outcome, round/<r>/failures/<n>,
-  // status/<n>, rdzv/current. Everything else (counters, barriers, elastic bookkeeping) is not
-  // read.
+  // round/<r>/running/<n>, status/<n>, rdzv/current. Everything else (counters, barriers, elastic
+  // bookkeeping) is not read.
   std::vector<std::string> wanted;
-  std::map<int, std::vector<std::string>> node_keys, failure_keys;
+  std::map<int, std::vector<std::string>> node_keys, failure_keys, running_keys;
   std::map<int, std::string> outcome_keys;
   std::vector<std::string> status_keys;
   std::string current_key;
@@ -117,6 +117,9 @@ JobStatus read_job(Store& store, const std::string& run_id,
         break;
       case Kind::kFailures:
         failure_keys[key.round].push_back(full);
+        break;
+      case Kind::kRunning:
+        running_keys[key.round].push_back(full);
         break;
       case Kind::kStatus:
         status_keys.push_back(full);
@@ -200,9 +203,34 @@ JobStatus read_job(Store& store, const std::string& run_id,
       }
     }
   }
+  // When each round's workers were running on every node of it.
+  for (const auto& [r, ks] : running_keys) {
+    double latest = 0;
+    size_t known = 0;
+    for (const auto& k : ks) {
+      const std::string* v = value(k);
+      double t = 0;
+      if (v == nullptr || std::from_chars(v->data(), v->data() + v->size(), t).ec != std::errc())
+        continue;
+      latest = std::max(latest, t);
+      ++known;
+    }
+    const auto nodes = node_keys.find(r);
+    RoundRecord& rec = rounds[r];  // listed even while some node has not started its workers
+    if (known > 0 && nodes != node_keys.end() && known >= nodes->second.size())
+      rec.running_at = latest;
+  }
+  double previous_end = 0;  // when the round before ended (0: none, or unknown)
   for (auto& [r, rec] : rounds) {
     rec.round = r;
     rec.world_size = world_of.count(r) ? world_of[r] : 0;
+    if (rec.outcome) {
+      rec.ended_at = rec.outcome->first_failure ? rec.outcome->first_failure->timestamp
+                                                : rec.outcome->decided_at;
+    }
+    if (previous_end > 0 && rec.running_at > 0)
+      rec.healed_in = std::max(0.0, rec.running_at - previous_end);
+    previous_end = rec.ended_at;
     // As round_ops::collect_failures: a node lost without a report of its own (elastic) is in
     // the outcome alone.
     if (rec.outcome && rec.outcome->first_failure) {

@@ -26,12 +26,22 @@ namespace cohort::launch {
 // The most of a job's records read in one look (a real job's are kilobytes per node).
 inline constexpr size_t kMaxJobBytes = 64 << 20;
 
-// One round that ended badly (or is known to have ended): its outcome and failure reports.
+// One round the store has records of: its outcome and failure reports once it ended, and when it
+// ran.
 struct RoundRecord {
   int round = 0;
   std::optional<Outcome> outcome;
   std::vector<WorkerFailure> failures;  // every node's reports, plus the outcome's first failure
   int64_t world_size = 0;               // from the round's node records (0: unknown)
+  // Wall clock (seconds since the epoch) when every node of the round had started its workers
+  // (the latest of its round/<r>/running/<n> records); 0 while a node has not, or unknown.
+  double running_at = 0;
+  // When the round ended: its first failure's time for a failed round, else when its outcome was
+  // decided; 0 while it runs, or unknown.
+  double ended_at = 0;
+  // How long the job took to heal into this round: from the end of the round before it to this
+  // round's workers running on every node; -1 for the first round, or when a time is unknown.
+  double healed_in = -1;
 };
 
 struct JobStatus {
@@ -49,7 +59,8 @@ struct JobStatus {
   std::string state = "unknown";
   double updated = 0;  // Unix time of the newest NodeStatus (0: none)
   std::vector<Straggler> stragglers;
-  std::vector<RoundRecord> rounds;  // rounds with an outcome or failures, oldest first
+  std::vector<RoundRecord> rounds;  // rounds with an outcome, failures or running records,
+                                    // oldest first
   std::vector<std::string> problems;
 };
 

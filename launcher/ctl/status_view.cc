@@ -151,6 +151,26 @@ std::string render_job_detail(const JobStatus& job, double now) {
     }
   }
 
+  if (!job.rounds.empty()) {
+    // Each round, and how long the job took to heal into it: from the end of the round before
+    // (its first failure, or a node's arrival) to every worker of this one running.
+    os << "\nrounds:\n";
+    std::vector<std::vector<std::string>> rows{
+        {"ROUND", "WORKERS", "STARTED", "ENDED", "HEALED IN"}};
+    for (const auto& r : job.rounds) {
+      const double running = age_of(r.running_at, now), ended = age_of(r.ended_at, now);
+      std::string end = r.outcome ? outcome_word(r.outcome->kind) : "-";
+      if (r.outcome && ended >= 0) end += ", " + age(ended) + " ago";
+      rows.push_back({std::to_string(r.round),
+                      r.world_size > 0 ? std::to_string(r.world_size) : "-",
+                      running >= 0 ? age(running) + " ago" : "-", end,
+                      r.healed_in < 0   ? "-"
+                      : r.healed_in < 1 ? fixed(r.healed_in * 1000, 0) + " ms"
+                                        : fixed(r.healed_in, 1) + " s"});
+    }
+    os << table(rows, "  ");
+  }
+
   bool any_failure = false;
   for (const auto& r : job.rounds) {
     // A rescale (a node joining) or a success is no failure; a round with reports is one.
@@ -231,6 +251,9 @@ std::string job_detail_json(const JobStatus& job, double now) {
   json rounds = json::array();
   for (const auto& r : job.rounds) {
     json jr{{"round", r.round}, {"world_size", r.world_size}};
+    jr["running_at"] = r.running_at > 0 ? json(r.running_at) : json(nullptr);
+    jr["ended_at"] = r.ended_at > 0 ? json(r.ended_at) : json(nullptr);
+    jr["healed_in_s"] = r.healed_in >= 0 ? json(r.healed_in) : json(nullptr);
     jr["outcome"] = r.outcome ? json::parse(to_json(*r.outcome)) : json(nullptr);
     json fs = json::array();
     for (const auto& f : r.failures) fs.push_back(failure_json(f));

@@ -54,6 +54,15 @@ def note(path, text):
         f.write(text + "\n")
 
 
+ABSENT = b"heal_worker: no such key"
+
+
+def exists(store, key):
+    """Store.check() without 1.13's lack of it: a COMPARE_SET of a missing key with an expected
+    value writes nothing and answers the expected value."""
+    return store.compare_set(key, ABSENT, ABSENT + b"!") != ABSENT
+
+
 def probe_store(attempt, rank, world, timeout):
     """Fails the attempt when a key of an earlier attempt is visible in this attempt's store."""
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
@@ -62,7 +71,7 @@ def probe_store(attempt, rank, world, timeout):
     # gloo's full-mesh addresses of the default group, as PyTorch 2.x names them (1.13 adds
     # /worker/attempt_<n>/ in front, which does not find them).
     earlier += [f"default_pg/0//cpu//0/{r}" for r in range(world)] if attempt > 0 else []
-    seen = [k for k in earlier if store.check([k])]
+    seen = [k for k in earlier if exists(store, k)]
     if seen:
         print(f"STALE attempt {attempt} rank {rank} sees {seen}", flush=True)
         sys.exit(STALE_EXIT)

@@ -1,6 +1,7 @@
 // libcohort workers under the real launcher (build/bin/cohortrun): a peer killed mid-run and a
-// worker that stops beating both make cohortrun restart the group, which then succeeds; an
-// uncaught exception reaches cohortrun's failure summary through the error file. Skipped while
+// worker that stops beating both make cohortrun restart the group, which then succeeds; a
+// restarted group never sees an earlier round's keys; an uncaught exception reaches cohortrun's
+// failure summary through the error file. Skipped while
 // cohortrun is not built.
 //
 // Launcher flags used: --nproc-per-node, --max-restarts, --worker-hang-timeout, --term-timeout,
@@ -103,6 +104,19 @@ TEST(UnderCohortrun, WorkerThatStopsBeatingIsDetectedAndTheGroupRestarts) {
   EXPECT_EQ(count(r.out, "OK rank"), 3) << r.out;
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(30));
   EXPECT_TRUE(shm_entries(id).empty());
+}
+
+// A restarted group's store holds nothing of an earlier round: a key written through the raw
+// store in attempt 0 is absent in attempts 1 and 2 (issue 25; rdzv/round_stores.h).
+TEST(UnderCohortrun, ARoundNeverSeesAnEarlierRoundsKeys) {
+  if (!have_cohortrun()) GTEST_SKIP() << COHORT_COHORTRUN << " is not built yet";
+  TempDir dir;
+  LauncherRun r = cohortrun({"--nproc-per-node=2", "--max-restarts=2"}, "round-keys",
+                            {{"COHORT_TEST_FAIL_UNTIL", "2"}, {"COHORT_TIMEOUT_S", "60"}}, dir);
+  EXPECT_TRUE(r.child.exited_with(0)) << r.out;
+  EXPECT_EQ(count(r.out, "STALE"), 0) << r.out;
+  EXPECT_EQ(count(r.out, "ISOLATED rank 0 attempt 2"), 1) << r.out;
+  EXPECT_EQ(count(r.out, "ISOLATED rank 1 attempt 2"), 1) << r.out;
 }
 
 TEST(UnderCohortrun, UncaughtExceptionReachesTheFailureSummary) {

@@ -19,6 +19,11 @@
 //                 $COHORT_TEST_SLOW_RANK: $COHORT_TEST_SLOW_FACTOR times as long, default 3) and a
 //                 small allreduce, each told to cohortrun with cohort::report_step (the
 //                 straggler tests); prints "STEPS rank <r>"
+//   round-keys    looks in the raw store (Context::root_store()) for the key "heal/probe/<a>/<r>"
+//                 of every earlier attempt a and rank r: one it sees fails the worker (exit 9,
+//                 "STALE ..."); then writes its own, builds a CPU group and allreduces once. In
+//                 attempts below $COHORT_TEST_FAIL_UNTIL (default 1) rank 1 then exits 3, so the
+//                 group restarts; else prints "ISOLATED rank <r> attempt <a>"
 //
 // On a restart (TORCHELASTIC_RESTART_COUNT > 0) kill/hang have no victim, so a launcher that
 // restarts the group sees the job succeed. Env knobs: COHORT_TEST_SHM=0 (TCP only),
@@ -217,12 +222,38 @@ int run_steps(cohort::Context& ctx) {
   return 0;
 }
 
+int run_round_keys(cohort::Context& ctx) {
+  const int attempt = ctx.restart_count();
+  cohort::Store& raw = ctx.root_store();
+  auto probe = [](int a, int r) {
+    return "heal/probe/" + std::to_string(a) + "/" + std::to_string(r);
+  };
+  for (int a = 0; a < attempt; ++a) {
+    for (int r = 0; r < ctx.world_size(); ++r) {
+      const std::vector<std::string> key{probe(a, r)};
+      if (raw.check(key)) {
+        std::printf("STALE rank %d attempt %d sees %s\n", ctx.rank(), attempt, key[0].c_str());
+        std::fflush(stdout);
+        return 9;
+      }
+    }
+  }
+  raw.set(probe(attempt, ctx.rank()), std::to_string(::getpid()));
+  auto pg = cohort::new_cpu_process_group(ctx, options_from_env());
+  std::vector<float> v(16, 1.0f);
+  pg->allreduce(std::span<float>(v), cohort::ReduceOp::kSum);
+  if (attempt < env_int("COHORT_TEST_FAIL_UNTIL", 1) && ctx.rank() == 1) return 3;
+  std::printf("ISOLATED rank %d attempt %d\n", ctx.rank(), attempt);
+  return 0;
+}
+
 }  // namespace
 
 // Not in the anonymous namespace: the error-file tests look for this frame by name.
 int worker_main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s collectives|kill|hang|throw|segv|wait-go|token-env|steps\n",
+    std::fprintf(stderr,
+                 "usage: %s collectives|kill|hang|throw|segv|wait-go|token-env|steps|round-keys\n",
                  argv[0]);
     return 2;
   }
@@ -240,6 +271,7 @@ int worker_main(int argc, char** argv) {
   if (mode == "hang") return run_victim(ctx, true);
   if (mode == "wait-go") return run_wait_go(ctx);
   if (mode == "steps") return run_steps(ctx);
+  if (mode == "round-keys") return run_round_keys(ctx);
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;
 }

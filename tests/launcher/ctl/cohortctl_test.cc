@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -101,6 +102,16 @@ class CohortctlTest : public ::testing::Test {
     o.detail = segv.reason;
     o.first_failure = segv;
     put("train", keys::outcome(0), to_json(o));
+    // Round 0's workers ran from 2 minutes ago; round 1's were running on both nodes 3 s after
+    // the segfault ended round 0 (the later of the two nodes counts).
+    auto running = [](double t) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.3f", t);
+      return std::string(text);
+    };
+    for (int n : {0, 1}) put("train", keys::running(0, n), running(now - 120));
+    put("train", keys::running(1, 0), running(now - 58));
+    put("train", keys::running(1, 1), running(now - 57));
     for (int n : {0, 1}) {
       NodeStatus st;
       st.node_rank = n;
@@ -185,6 +196,10 @@ TEST_F(CohortctlTest, ListsTheJobsThenShowsOneInDetail) {
                   "SIGSEGV (exit code -11)"))
       << d;
   EXPECT_TRUE(has(d, "also: rank 1 (node0): collective timed out after 30 s")) << d;
+  // Each round, and how long the job took to heal into round 1.
+  EXPECT_TRUE(has(d, "HEALED IN")) << d;
+  EXPECT_TRUE(has(d, "failed, 60 s ago")) << d;
+  EXPECT_TRUE(has(d, " 3.0 s\n")) << d;
 
   auto unknown = cohortctl({"status", "--store", endpoint_, "--job", "nope"});
   EXPECT_EQ(unknown.code, 1);
@@ -217,10 +232,14 @@ TEST_F(CohortctlTest, JsonHasTheSameContent) {
   EXPECT_DOUBLE_EQ(d["nodes"][1]["workers"][0]["step_s"].get<double>(), 0.125);
   ASSERT_EQ(d["stragglers"].size(), 1u);
   EXPECT_EQ(d["stragglers"][0]["rank"], 2);
-  ASSERT_EQ(d["rounds"].size(), 1u);
+  ASSERT_EQ(d["rounds"].size(), 2u);
   EXPECT_EQ(d["rounds"][0]["outcome"]["kind"], "failed");
   EXPECT_EQ(d["rounds"][0]["failures"].size(), 2u);
   EXPECT_EQ(d["rounds"][0]["root_cause"]["global_rank"], 3);
+  EXPECT_TRUE(d["rounds"][0]["healed_in_s"].is_null());
+  EXPECT_TRUE(d["rounds"][1]["outcome"].is_null());
+  EXPECT_TRUE(d["rounds"][1]["ended_at"].is_null());
+  EXPECT_NEAR(d["rounds"][1]["healed_in_s"].get<double>(), 3.0, 0.01);
 }
 
 // Agents publish only while their workers run: a finished job's last records still say
