@@ -31,10 +31,13 @@ void JobRendezvous::open_relay(
   const HostPort store = worker_store(a);
   const int round = a.round;
   bridge_->run(
-      [this, result, store, round](Store&) {
+      [this, result, store, round](Store& s) {
         relays_.close_before(round);
-        // A port no earlier relay of this node used (RoundRelays); not yet claimed job-wide.
-        *result = relays_.open(round, store, [](int) { return true; });
+        // A port that no earlier round of the job used, for a relay or a workers' store, on any
+        // node: claimed job-wide as the round stores' ports are (rdzv/round_stores.h), so that a
+        // worker of an old round that dials its old address again never reaches this round.
+        *result = relays_.open(round, store,
+                               [&s](int port) { return round_ops::claim_worker_port(s, port); });
       },
       [result, done = std::move(done)](std::exception_ptr err) {
         if (err) {

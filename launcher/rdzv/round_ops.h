@@ -41,9 +41,10 @@ void publish_success(Store& store, int round, int node_rank, int nnodes);
 void publish_outcome(Store& store, int round, Outcome outcome);
 // Records when this node's workers of `round` started (wall clock, seconds since the epoch).
 void publish_running(Store& store, int round, int node_rank, double started_at);
-// Records `port` as one a round's workers' store of this job listens on (keys::worker_port);
-// false when a store of the job has claimed it before: that round's workers may still dial it
-// (rdzv/round_stores.h). Of concurrent claims of one port, exactly one succeeds.
+// Records `port` as one a round's workers' store, or a node's relay for a round, of this job
+// listens on (keys::worker_port); false when a store or relay of the job has claimed it before:
+// that round's workers may still dial it (rdzv/round_stores.h, rdzv/round_relays.h). Of concurrent
+// claims of one port, exactly one succeeds.
 bool claim_worker_port(Store& store, int port);
 // Sets this node's status record; node rank 0 gets back every node's record that exists.
 std::vector<std::string> publish_status(Store& store, int node_rank, int nnodes,

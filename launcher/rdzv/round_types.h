@@ -16,7 +16,7 @@ struct NodeInfo {
   std::string host;    // hostname, for reports
   int pid = 0;         // the agent's pid, for reports
   std::string addr;    // address the node advertises (elastic: where its workers' store listens)
-  int store_port = 0;  // elastic, node rank 0: the port of this round's workers' store
+  int store_port = 0;  // node rank 0: the port of this round's workers' store (round_stores.h)
   // elastic: this agent started the c10d endpoint's store (a cohortd that dies with its host)
   bool endpoint_store = false;
   // Job-wide settings ("--max-restarts" -> "3"): every node of a job must agree on them.

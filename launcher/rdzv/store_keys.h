@@ -36,8 +36,9 @@ std::string running(int round, int node_rank);
 
 // ---- the workers' stores (rdzv/round_stores.h)
 // ---------------------------------------------------
-// "worker_port/<port>": a counter, 1 once a round's workers' store of this job has listened on
-// `port`; no later round's store takes that port (round_ops::claim_worker_port).
+// "worker_port/<port>": a counter, 1 once a round's workers' store or a node's relay for a round
+// (rdzv/round_relays.h) of this job has listened on `port`; no later round's store or relay takes
+// that port (round_ops::claim_worker_port).
 std::string worker_port(int port);
 
 // ---- what each node agent says of itself while the job runs (observe/node_status.h)

@@ -34,12 +34,16 @@ class StaticProtocolTest : public ::testing::Test {
     return std::async(std::launch::async, [this, self, after_round] {
       auto conn = store_.connect();
       StaticProtocol protocol(2, 1h);
-      int told = -1;
-      RankAssignment a = protocol.join(*conn, after_round, self, [&](int rank, NodeInfo* info) {
-        told = rank;
-        EXPECT_EQ(info->id, self.id);
-      });
-      EXPECT_EQ(told, self.node_rank);  // its rank is known before the others come
+      int told_round = -2, told_rank = -1;
+      RankAssignment a =
+          protocol.join(*conn, after_round, self, [&](int round, int rank, NodeInfo* info) {
+            told_round = round;
+            told_rank = rank;
+            EXPECT_EQ(info->id, self.id);
+          });
+      // Its round and rank are known before the others come.
+      EXPECT_EQ(told_round, a.round);
+      EXPECT_EQ(told_rank, self.node_rank);
       return a;
     });
   }
