@@ -17,9 +17,10 @@ cohortrun's fork servers import torch while attempt 0 runs; the benchmark has ra
 cohortrun has logged that they are ready (a crash before that waits for them), so the figure is a
 restart's, not the start-up's. Beside it, launch -> every rank's first step of attempt 0 (the
 start-up, which the servers' imports share the machine with). A run is bounded (--run-timeout);
-one that does not heal is counted and not timed. Prints a table (the median of each phase of the
-restarted workers, too) and one JSON line. Timings are of this machine at this moment: compare
-within one run.
+one that does not heal is counted and not timed; the launchers take turns, one run each, so a
+machine busy with something else weighs on each alike. Prints a table (the median of each phase of
+the restarted workers, too) and one JSON line. Timings are of this machine at this moment:
+compare within one run.
 """
 import argparse
 import json
@@ -119,24 +120,37 @@ def one_run(kind, cohortrun, torchrun, timeout):
         shutil.rmtree(out, ignore_errors=True)
 
 
-def measure(kind, args):
-    figures, phases, starts, tries = [], [], [], 0
-    while len(figures) < args.reps and tries < args.max_tries:
-        tries += 1
-        r = one_run(kind, args.cohortrun, args.torchrun, args.run_timeout)
-        if r is not None:
-            figures.append(r[0])
-            phases.extend(r[1])
-            starts.append(r[2])
-        if args.verbose:
-            print("  %s run %d: %s" % (kind, tries, "%.3f s" % r[0] if r else "did not heal"),
-                  file=sys.stderr, flush=True)
+def measure(kinds, args):
+    """Every launcher's runs, interleaved (one run of each in turn), so that what else the machine
+    does at the time weighs on each alike."""
+    runs = {k: {"figures": [], "phases": [], "starts": [], "tries": 0} for k in kinds}
+
+    def wanted(k):
+        return len(runs[k]["figures"]) < args.reps and runs[k]["tries"] < args.max_tries
+
+    while any(wanted(k) for k in kinds):
+        for kind in filter(wanted, kinds):
+            m = runs[kind]
+            m["tries"] += 1
+            r = one_run(kind, args.cohortrun, args.torchrun, args.run_timeout)
+            if r is not None:
+                m["figures"].append(r[0])
+                m["phases"].extend(r[1])
+                m["starts"].append(r[2])
+            if args.verbose:
+                print("  %s run %d: %s" % (kind, m["tries"], "%.3f s" % r[0] if r else
+                                           "did not heal"), file=sys.stderr, flush=True)
+    return {k: summary(runs[k]) for k in kinds}
+
+
+def summary(m):
+    figures = m["figures"]
     if not figures:
-        return {"healed": 0, "tries": tries}
-    med = [statistics.median(p[i] for p in phases) for i in range(4)]
-    return {"median_s": statistics.median(figures), "healed": len(figures), "tries": tries,
+        return {"healed": 0, "tries": m["tries"]}
+    med = [statistics.median(p[i] for p in m["phases"]) for i in range(4)]
+    return {"median_s": statistics.median(figures), "healed": len(figures), "tries": m["tries"],
             "min_s": min(figures), "max_s": max(figures),
-            "first_attempt_s": statistics.median(starts),
+            "first_attempt_s": statistics.median(m["starts"]),
             "phases_s": dict(zip(("start", "import", "process_group", "ddp_step"), med))}
 
 
@@ -163,7 +177,7 @@ def main():
     version = subprocess.run([python_of("torchrun", args.torchrun), "-c",
                               "import torch; print(torch.__version__)"],
                              capture_output=True, text=True).stdout.strip()
-    results = {k: measure(k, args) for k in kinds}
+    results = measure(kinds, args)
     base = results.get("torchrun", {}).get("median_s")
     print("%-16s %11s %8s %9s %11s   %s" % ("launcher", "crash->step", "healed", "vs torch",
                                               "launch->step", "restart: start / import / pg / "
