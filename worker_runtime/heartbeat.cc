@@ -1,6 +1,8 @@
 #include "cohort/heartbeat.h"
+
 #include "cohort/base/heartbeat_line.h"
 #include "cohort/base/worker_env_names.h"
+#include "probe_server.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -105,6 +107,20 @@ struct StepWindow {
 void heartbeat() {
   process_writer().beat();
 }
+
+namespace detail {
+
+void say_hello(const std::vector<std::string>& features) {
+  const int fd = process_writer().fd();
+  if (fd < 0) return;
+  heartbeat_pipe::Hello h;
+  h.pid = ::getpid();
+  h.features = features;
+  const std::string line = heartbeat_pipe::encode_hello(h);
+  if (!line.empty()) write_without_sigpipe(fd, line.data(), line.size());
+}
+
+}  // namespace detail
 
 void report_step(int64_t step, double step_seconds, double items_per_second, double comm_seconds) {
   constexpr auto kReportInterval = std::chrono::milliseconds(250);

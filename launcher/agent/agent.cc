@@ -98,6 +98,15 @@ std::vector<Action> Agent::on_worker_hung(int local_rank, WorkerFailure failure)
   return out;
 }
 
+std::vector<Action> Agent::on_group_hung(WorkerFailure root_cause) {
+  std::vector<Action> out;
+  if (phase_ != Phase::kRunning) return out;
+  failures_.push_back(std::move(root_cause));
+  out.push_back(action::PublishFailure{round_, restart_count_, failures_});
+  begin_stop(StopReason::kLocalFailure, SIGTERM, &out);
+  return out;
+}
+
 std::vector<Action> Agent::on_worker_wedged(int local_rank, WorkerFailure failure) {
   std::vector<Action> out;
   if (phase_ != Phase::kRunning) return out;
@@ -229,7 +238,8 @@ void Agent::report(std::vector<WorkerFailure> failures, std::vector<Action>* out
 
 void Agent::exit_barrier(std::vector<Action>* out) {
   phase_ = Phase::kExitBarrier;
-  out->emplace_back(action::ExitBarrier{round_, options_.exit_barrier_timeout + kExitBarrierMargin});
+  out->emplace_back(
+      action::ExitBarrier{round_, options_.exit_barrier_timeout + kExitBarrierMargin});
 }
 
 void Agent::shut_down(std::vector<Action>* out) {

@@ -157,6 +157,10 @@ class Agent {
   std::vector<Action> on_worker_exited(int local_rank, std::optional<WorkerFailure> failure);
   // A worker stopped beating; `failure` carries the "hung" reason. The worker still runs.
   std::vector<Action> on_worker_hung(int local_rank, WorkerFailure failure);
+  // The job is hung, judged from every rank's answers to a hang probe (observe/hang_watch.h):
+  // `root_cause` is the culprit's failure, possibly a worker of another node. As a local failure:
+  // published, and the workers stopped.
+  std::vector<Action> on_group_hung(WorkerFailure root_cause);
   // Worker `local_rank` is wedged in the kernel (uninterruptible sleep): a failure that ends
   // the job on every node without a restart.
   std::vector<Action> on_worker_wedged(int local_rank, WorkerFailure failure);

@@ -87,6 +87,7 @@ NodeAgent::~NodeAgent() {
   probe_.reset();  // joins its thread: nothing is posted to the loop after this
   std::error_code ignored;
   signals_.cancel(ignored);
+  hang_watch_.reset();
   group_.reset();
   rdzv_.reset();
   // The workers are gone: nobody needs the token file any more.
@@ -175,6 +176,7 @@ void NodeAgent::start() {
   if (deps_.real_process && !plan_.command.interpreter.empty()) start_interpreter_probe();
   start_file_timer();
   rdzv_ = make_rendezvous();
+  start_hang_watch();
   if (deps_.real_process) start_observer();
   handle(agent_.start());
 }
@@ -229,8 +231,24 @@ void NodeAgent::start_observer() {
   o.straggler_factor = plan_.config.straggler_factor;
   o.straggler_window = plan_.config.straggler_window;
   if (plan_.config.rdzv_backend == RdzvBackend::kEtcd) o.publish_interval = 5000ms;
+  o.on_tick = [this] {
+    if (hang_watch_) hang_watch_->poll();
+  };
   observer_ = std::make_unique<NodeObserver>(io_, clock_, std::move(o), gpu_.get(), log_,
                                              [this] { return observed(); });
+}
+
+void NodeAgent::start_hang_watch() {
+  HangWatchOptions o;
+  o.stop_after = plan_.config.worker_hang_timeout;
+  o.report_after = plan_.config.hang_report_after;
+  HangWatch::Events ev;
+  ev.hung = [this](WorkerFailure f) { handle(agent_.on_group_hung(std::move(f))); };
+  ev.hung_without_stack = [this](int lr, std::string reason, std::vector<std::string> waiting) {
+    if (group_) group_->report_hung_with_stack(lr, std::move(reason), std::move(waiting));
+  };
+  ev.gpu_note = [this](int lr) { return gpu_ ? gpu_->failure_note(lr) : std::string(); };
+  hang_watch_ = std::make_unique<HangWatch>(clock_, o, log_, std::move(ev));
 }
 
 AgentView NodeAgent::observed() const {
@@ -245,6 +263,7 @@ AgentView NodeAgent::observed() const {
   v.base_rank = assignment_.base_rank;
   v.group = group_.get();
   v.rdzv = rdzv_.get();
+  if (hang_watch_ && hang_watch_->last_status()) v.hang = &*hang_watch_->last_status();
   return v;
 }
 
@@ -351,6 +370,7 @@ void NodeAgent::handle(std::vector<Action> actions) {
           } else if constexpr (std::is_same_v<T, action::StartWorkers>) {
             start_workers(act.assignment, act.previous);
           } else if constexpr (std::is_same_v<T, action::StopWorkers>) {
+            if (hang_watch_) hang_watch_->stop();  // nothing more to judge this round
             stop_workers(act.signal, act.grace);
           } else if constexpr (std::is_same_v<T, action::KillWorkers>) {
             kill_workers();
@@ -552,6 +572,7 @@ void NodeAgent::report_progress() {
 
 void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outcome>& previous) {
   assignment_ = a;
+  if (hang_watch_) hang_watch_->stop();
   group_.reset();
   if (observer_) observer_->new_round();
   if (deps_.real_process) clear_leftovers();
@@ -602,6 +623,9 @@ void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outco
     log_->error("local rank {} (pid {}) is {}", lr, f.pid, f.reason);
     handle(agent_.on_worker_wedged(lr, std::move(f)));
   };
+  events.silent = [this](int) {
+    if (hang_watch_) hang_watch_->suspect();
+  };
   if (reaper_) {
     events.started = [this](pid_t pid) { reaper_->watch(pid); };
     events.reaped = [this](pid_t pid) {
@@ -620,6 +644,7 @@ void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outco
   if (forks_) forks_->start(group_->spec());
   // When the job healed, for `cohortctl status`; a store that cannot take it says so elsewhere.
   rdzv_->publish_running(a.round, a.node_rank, wall_clock_now(), [](std::exception_ptr) {});
+  if (hang_watch_) hang_watch_->start_round(a, plan_.host, group_.get(), rdzv_.get());
   worker_pids_ = group_->running_pids();
   int lr = 0;
   for (pid_t pid : worker_pids_) {
@@ -734,6 +759,7 @@ void NodeAgent::shut_down() {
   std::error_code ignored;
   signals_.cancel(ignored);
   observer_.reset();  // before what it reads
+  hang_watch_.reset();
   group_.reset();
   forks_.reset();
   if (deps_.real_process) {

@@ -26,6 +26,7 @@
 #include "gpu/gpu_monitor.h"
 #include "loop/console.h"
 #include "loop/loop_clock.h"
+#include "observe/hang_watch.h"
 #include "observe/node_observer.h"
 #include "plan/interpreter_probe.h"
 #include "plan/job_plan.h"
@@ -169,6 +170,10 @@ class NodeAgent {
   int exit_code_ = 0;
   // Last: it reads the group, the rendezvous and the GPU monitor above (real processes only).
   std::unique_ptr<NodeObserver> observer_;
+  // Hang probes across the job (observe/hang_watch.h); after the group it watches in the
+  // destruction order's reverse: reset before it.
+  std::unique_ptr<HangWatch> hang_watch_;
+  void start_hang_watch();
   AgentView observed() const;
 };
 

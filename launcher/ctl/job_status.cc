@@ -264,6 +264,10 @@ JobStatus read_job(Store& store, const std::string& run_id,
     if (s.round > job.round) job.round = s.round;
     if (!s.stragglers.empty()) job.stragglers = s.stragglers;
   }
+  for (const auto& s : job.node_status) {
+    if (s.hang && s.round == job.round && (!job.hang || s.hang->at > job.hang->at))
+      job.hang = s.hang;
+  }
 
   // The state: the latest round's outcome once decided; else the agents' own word.
   std::optional<Outcome> latest;

@@ -59,6 +59,8 @@ struct JobStatus {
   std::string state = "unknown";
   double updated = 0;  // Unix time of the newest NodeStatus (0: none)
   std::vector<Straggler> stragglers;
+  // The newest hang report any node made this round (observe/hang_status.h), if any.
+  std::optional<HangStatus> hang;
   std::vector<RoundRecord> rounds;  // rounds with an outcome, failures or running records,
                                     // oldest first
   std::vector<std::string> problems;

@@ -171,6 +171,23 @@ std::string render_job_detail(const JobStatus& job, double now) {
     os << table(rows, "  ");
   }
 
+  if (job.hang && job.hang->report.verdict != HangReport::Verdict::kProgressing) {
+    const HangStatus& h = *job.hang;
+    os << "\nhang (probe " << h.probe << ", " << age(age_of(h.at, now))
+       << " ago): " << verdict_name(h.report.verdict) << ": " << h.report.summary << "\n";
+    for (size_t i = 0; i < h.report.culprits.size(); ++i) {
+      const HangCulprit& c = h.report.culprits[i];
+      os << "  culprit rank " << c.rank
+         << (i < h.culprit_hosts.size() && !h.culprit_hosts[i].empty()
+                 ? " (" + h.culprit_hosts[i] + ")"
+                 : "")
+         << ": " << c.reason << "\n";
+      std::istringstream stack(c.stack);
+      for (std::string line; std::getline(stack, line);) os << "    " << line << "\n";
+    }
+    for (const auto& w : h.report.waiting) os << "  " << w << "\n";
+  }
+
   bool any_failure = false;
   for (const auto& r : job.rounds) {
     // A rescale (a node joining) or a success is no failure; a round with reports is one.
@@ -248,6 +265,7 @@ std::string job_detail_json(const JobStatus& job, double now) {
         {{"rank", s.rank}, {"host", s.host}, {"ratio", s.ratio}, {"reason", s.reason}});
   }
   j["stragglers"] = stragglers;
+  j["hang"] = job.hang ? json::parse(to_json(*job.hang)) : json(nullptr);
   json rounds = json::array();
   for (const auto& r : job.rounds) {
     json jr{{"round", r.round}, {"world_size", r.world_size}};

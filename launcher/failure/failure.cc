@@ -30,6 +30,7 @@ json failure_json(const WorkerFailure& f) {
          {"message", f.message},
          {"traceback", f.traceback}};
   if (!f.gpu.empty()) j["gpu"] = f.gpu;  // older agents neither write nor expect it
+  if (!f.waiting.empty()) j["waiting"] = f.waiting;
   return j;
 }
 
@@ -47,6 +48,9 @@ WorkerFailure failure_from(const json& j) {
   f.message = j.value("message", "");
   f.traceback = j.value("traceback", "");
   f.gpu = j.value("gpu", "");
+  if (auto it = j.find("waiting"); it != j.end() && it->is_array())
+    for (const auto& w : *it)
+      if (w.is_string()) f.waiting.push_back(w.get<std::string>());
   return f;
 }
 

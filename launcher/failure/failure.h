@@ -23,6 +23,9 @@ struct WorkerFailure {
   // What NVML said about the worker's GPU when it failed (an Xid, ECC errors, a thermal
   // throttle; GpuMonitor::failure_note), filled on the worker's own node; "" when nothing.
   std::string gpu;
+  // A hang's culprit (observe/hang_watch.h): the ranks that waited for it, one line each ("rank 0
+  // (n1, pid 4242): waits in all_reduce ..."); they are not failures themselves.
+  std::vector<std::string> waiting;
   // The error file as read (at most kMaxErrorFileBytes), on the worker's own node only: never
   // published, for the error file cohortrun writes for its own launcher.
   std::string error_file_text;

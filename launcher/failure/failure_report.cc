@@ -67,6 +67,9 @@ void block(std::ostringstream& os, const WorkerFailure& f) {
   os << "  reason    : " << f.reason << "\n";
   os << "  error_file: " << (f.error_file.empty() ? "<N/A>" : f.error_file) << "\n";
   if (!f.gpu.empty()) os << "  gpu       : " << f.gpu << "\n";
+  // A hang's culprit: who waited for it (not failures themselves).
+  for (size_t i = 0; i < f.waiting.size(); ++i)
+    os << (i == 0 ? "  waiting   : " : "              ") << f.waiting[i] << "\n";
   std::string trace = f.traceback.empty() ? f.message : f.traceback;
   if (!f.traceback.empty() && !f.message.empty() && f.message != f.reason &&
       f.traceback.find(f.message) == std::string::npos)

@@ -15,6 +15,10 @@
 //     reason    : killed by SIGSEGV
 //     error_file: <N/A>
 //     gpu       : GPU 0 (GPU-5fd3...): Xid 79 (GPU has fallen off the bus)   (when NVML said so)
+//     waiting   : rank 0 (node0, pid 20112): waits in all_reduce ..., for 12.0 s   (a hang's
+//     culprit:
+//                 rank 2 (node1, pid 20410): waits in all_reduce ...              one line per
+//                 rank)
 //     traceback : <the worker's error file, or the last lines of its stderr>
 //   ============================================================
 //

@@ -74,6 +74,7 @@ void NodeObserver::tick() {
     publish(v, s);
   }
   last_ = std::move(s);
+  if (options_.on_tick) options_.on_tick();
   timer_->start(options_.interval, [this] { tick(); });
 }
 
@@ -88,6 +89,7 @@ NodeStatus NodeObserver::read_status(const AgentView& v) {
   s.nnodes = v.nnodes;
   s.updated = wall_now();
   if (v.node_rank == 0) s.stragglers = current_stragglers_;
+  if (v.hang) s.hang = *v.hang;
   if (!v.group) return s;
   const auto now = std::chrono::steady_clock::now();
   for (const WorkerReading& r : v.group->readings()) {

@@ -55,6 +55,7 @@ struct AgentView {
   int base_rank = 0;
   const WorkerGroup* group = nullptr;  // this round's, or null
   JobRendezvous* rdzv = nullptr;       // null: nothing is published
+  const HangStatus* hang = nullptr;    // the last hang probe this node judged, or null
 };
 
 struct NodeObserverOptions {
@@ -67,6 +68,8 @@ struct NodeObserverOptions {
   // How often the status record is written. Every second on cohortd (a write in memory); less
   // often on etcd, where each write is a Raft round and an fsync, for every node of the job.
   std::chrono::milliseconds publish_interval{1000};
+  // Called at every tick (the hang watch looks for other nodes' probes then).
+  std::function<void()> on_tick;
 };
 
 class NodeObserver {

@@ -41,17 +41,18 @@ std::string to_json(const NodeStatus& s) {
   for (const auto& g : s.stragglers)
     stragglers.push_back(
         {{"rank", g.rank}, {"host", g.host}, {"ratio", g.ratio}, {"reason", g.reason}});
-  return json{{"node_rank", s.node_rank},
-              {"host", s.host},
-              {"round", s.round},
-              {"state", s.state},
-              {"restarts", s.restarts},
-              {"max_restarts", s.max_restarts},
-              {"nnodes", s.nnodes},
-              {"updated", s.updated},
-              {"workers", std::move(workers)},
-              {"stragglers", std::move(stragglers)}}
-      .dump();
+  json j{{"node_rank", s.node_rank},
+         {"host", s.host},
+         {"round", s.round},
+         {"state", s.state},
+         {"restarts", s.restarts},
+         {"max_restarts", s.max_restarts},
+         {"nnodes", s.nnodes},
+         {"updated", s.updated},
+         {"workers", std::move(workers)},
+         {"stragglers", std::move(stragglers)}};
+  if (s.hang) j["hang"] = json::parse(to_json(*s.hang));
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 NodeStatus node_status_from_json(const std::string& text) {
@@ -86,6 +87,8 @@ NodeStatus node_status_from_json(const std::string& text) {
       s.stragglers.push_back({x.at("rank").get<int>(), x.value("host", ""), x.value("ratio", 0.0),
                               x.value("reason", "")});
     }
+    if (auto it = j.find("hang"); it != j.end() && it->is_object())
+      s.hang = hang_status_from_json(it->dump());
     return s;
   } catch (const json::exception& e) {
     throw ProtocolError(std::string("malformed node status record: ") + e.what());

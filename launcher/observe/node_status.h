@@ -10,12 +10,15 @@
 //    "workers": [{"rank": 0, "local_rank": 0, "pid": 4242, "state": "running",
 //                 "heartbeat_age_s": 0.1, "step": 120, "step_s": 0.052, "items_per_s": 2461.5,
 //                 "comm_share": 0.31, "cpu_s": 12.5, "rss_bytes": 104857600, "gpu": ""}],
-//    "stragglers": [{"rank": 3, "host": "n2", "ratio": 2.4, "reason": "GPU 1: thermal ..."}]}
+//    "stragglers": [{"rank": 3, "host": "n2", "ratio": 2.4, "reason": "GPU 1: thermal ..."}],
+//    "hang": {...}}   (observe/hang_status.h: the last hang probe this node judged)
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "observe/hang_status.h"
 
 namespace cohort::launch {
 
@@ -55,6 +58,7 @@ struct NodeStatus {
   double updated = 0;  // Unix time, seconds
   std::vector<WorkerStatus> workers;
   std::vector<Straggler> stragglers;  // node rank 0's record only
+  std::optional<HangStatus> hang;     // the last hang probe this node judged
 };
 
 std::string to_json(const NodeStatus& s);

@@ -342,9 +342,16 @@ const std::vector<Flag>& flags() {
           c.term_timeout = seconds_value("--term-timeout", v);
         });
     own("--worker-hang-timeout", "SECONDS",
-        "A worker that has beaten and then stays silent this long is hung (0: off; default 0)",
+        "Stop the job once it has been hung this long: some ranks waited in a collective another "
+        "rank never entered, or a worker that beat fell silent (0: off; default 0)",
         [](LaunchConfig& c, const std::string& v) {
           c.worker_hang_timeout = seconds_value("--worker-hang-timeout", v);
+        });
+    own("--hang-report-after", "SECONDS",
+        "Name a hang (its culprit, in the log and in cohortctl status) once it has lasted this "
+        "long, without stopping the job (0: off; default 300)",
+        [](LaunchConfig& c, const std::string& v) {
+          c.hang_report_after = seconds_value("--hang-report-after", v);
         });
     own("--timeout", "SECONDS",
         "Deadline of a libcohort collective, exported as COHORT_TIMEOUT_S (default 1800)",

@@ -145,6 +145,38 @@ void JobRendezvous::publish_success(int round, int node_rank, int nnodes, Done d
                unless_moved(std::move(done)));
 }
 
+void JobRendezvous::start_hang_probe(int round,
+                                     std::function<void(std::exception_ptr, int64_t)> done) {
+  auto id = std::make_shared<int64_t>(0);
+  bridge_->run_status([=](Store& s) { *id = round_ops::start_hang_probe(s, round); },
+                      [id, done = std::move(done)](std::exception_ptr err) { done(err, *id); });
+}
+
+void JobRendezvous::latest_hang_probe(int round,
+                                      std::function<void(std::exception_ptr, int64_t)> done) {
+  auto id = std::make_shared<int64_t>(0);
+  bridge_->run_status([=](Store& s) { *id = round_ops::latest_hang_probe(s, round); },
+                      [id, done = std::move(done)](std::exception_ptr err) { done(err, *id); });
+}
+
+void JobRendezvous::publish_hang_answers(int round, int64_t probe, int node_rank,
+                                         std::string record, Done done) {
+  bridge_->run_status(
+      [=](Store& s) { round_ops::publish_hang_answers(s, round, probe, node_rank, record); },
+      std::move(done));
+}
+
+void JobRendezvous::hang_answers(
+    int round, int64_t probe, int nnodes,
+    std::function<void(std::exception_ptr, std::vector<std::optional<std::string>>)> done) {
+  auto records = std::make_shared<std::vector<std::optional<std::string>>>();
+  bridge_->run_status(
+      [=](Store& s) { *records = round_ops::hang_answers(s, round, probe, nnodes); },
+      [records, done = std::move(done)](std::exception_ptr err) {
+        done(err, std::move(*records));
+      });
+}
+
 void JobRendezvous::publish_status(
     int node_rank, int nnodes, std::string record,
     std::function<void(std::exception_ptr, std::vector<std::string>)> done) {

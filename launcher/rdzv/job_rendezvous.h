@@ -85,6 +85,15 @@ class JobRendezvous {
   // append gives an error, and nothing is lost but the hint.
   void announce_waiting(lobby::Waiting self,
                         std::function<void(std::exception_ptr, std::vector<lobby::Waiting>)> done);
+
+  // Hang probes (round_ops.h: start_hang_probe and the rest), on the status records' thread and
+  // connection: neither waits behind an elastic agent's membership watch.
+  void start_hang_probe(int round, std::function<void(std::exception_ptr, int64_t)> done);
+  void latest_hang_probe(int round, std::function<void(std::exception_ptr, int64_t)> done);
+  void publish_hang_answers(int round, int64_t probe, int node_rank, std::string record, Done done);
+  void hang_answers(
+      int round, int64_t probe, int nnodes,
+      std::function<void(std::exception_ptr, std::vector<std::optional<std::string>>)> done);
   // Counts this node out; when it hosts the store, waits up to `timeout` for the others.
   void exit_barrier(int round, int nnodes, std::chrono::milliseconds timeout, Done done);
   // Records that this node's workers of `round` started at `started_at` (wall clock, seconds since

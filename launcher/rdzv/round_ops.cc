@@ -124,5 +124,32 @@ std::vector<std::string> publish_status(Store& store, int node_rank, int nnodes,
   return records;
 }
 
+int64_t start_hang_probe(Store& store, int round) {
+  return store.add(keys::hang_probe(round), 1);
+}
+
+int64_t latest_hang_probe(Store& store, int round) {
+  return store.add(keys::hang_probe(round), 0);
+}
+
+void publish_hang_answers(Store& store, int round, int64_t probe, int node_rank,
+                          const std::string& record) {
+  store.set(keys::hang_answers(round, static_cast<int>(probe), node_rank), record);
+}
+
+std::vector<std::optional<std::string>> hang_answers(Store& store, int round, int64_t probe,
+                                                     int nnodes) {
+  std::vector<std::optional<std::string>> out;
+  for (int n = 0; n < nnodes; ++n) {
+    const std::string key[] = {keys::hang_answers(round, static_cast<int>(probe), n)};
+    if (store.check(key)) {
+      out.push_back(store.get(key[0]));
+    } else {
+      out.push_back(std::nullopt);
+    }
+  }
+  return out;
+}
+
 }  // namespace round_ops
 }  // namespace cohort::launch

@@ -49,6 +49,17 @@ bool claim_worker_port(Store& store, int port);
 // Sets this node's status record; node rank 0 gets back every node's record that exists.
 std::vector<std::string> publish_status(Store& store, int node_rank, int nnodes,
                                         const std::string& record);
+// Hang probes (observe/hang_watch.h). A node that wants every rank asked starts probe
+// `start_hang_probe` (the round's counter, plus one); every node answers each probe id it has
+// not answered yet (`latest_hang_probe` says which is the last) with its workers' answers
+// (`publish_hang_answers`); the node that started it reads what has come (`hang_answers`: one
+// entry per node, nullopt where nothing came yet).
+int64_t start_hang_probe(Store& store, int round);
+int64_t latest_hang_probe(Store& store, int round);
+void publish_hang_answers(Store& store, int round, int64_t probe, int node_rank,
+                          const std::string& record);
+std::vector<std::optional<std::string>> hang_answers(Store& store, int round, int64_t probe,
+                                                     int nnodes);
 // Every failure record nodes published for `round`.
 std::vector<WorkerFailure> collect_failures(Store& store, int round, int nnodes);
 // Counts this node out; with `wait_for_all`, waits (up to `timeout`) for all `nnodes`.

@@ -78,6 +78,12 @@ std::string running(int round, int node_rank) {
 std::string worker_port(int port) {
   return "worker_port/" + num(port);
 }
+std::string hang_probe(int round) {
+  return round_key(round, "hang");
+}
+std::string hang_answers(int round, int probe, int node_rank) {
+  return round_key(round, "hang/" + num(probe) + "/" + num(node_rank));
+}
 std::string status(int node_rank) {
   return "status/" + num(node_rank);
 }
@@ -108,6 +114,15 @@ ParsedKey parse(std::string_view key) {
       k.kind = Kind::kDoneCount;
     } else if (p.size() == 3 && p[2] == "outcome") {
       k.kind = Kind::kOutcome;
+    } else if (p.size() == 3 && p[2] == "hang") {
+      k.kind = Kind::kHangProbe;
+    } else if (p.size() == 5 && p[2] == "hang") {
+      auto probe = number(p[3]);
+      auto n = number(p[4]);
+      if (!probe || !n) return k;
+      k.kind = Kind::kHangAnswers;
+      k.probe = *probe;
+      k.node_rank = *n;
     } else if (p.size() == 3 && p[2] == "exit") {
       k.kind = Kind::kExitCount;
     } else if (p.size() == 4 && p[2] == "exit" && p[3] == "all") {

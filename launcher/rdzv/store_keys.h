@@ -41,6 +41,12 @@ std::string running(int round, int node_rank);
 // that port (round_ops::claim_worker_port).
 std::string worker_port(int port);
 
+// ---- hang probes (observe/hang_watch.h)
+// ---------------------------------------------------------
+std::string hang_probe(int round);  // "round/<r>/hang": the last probe's id (a counter)
+// "round/<r>/hang/<p>/<n>": node n's workers' answers to probe p
+std::string hang_answers(int round, int probe, int node_rank);
+
 // ---- what each node agent says of itself while the job runs (observe/node_status.h)
 // --------------
 std::string status(int node_rank);  // "status/<n>"
@@ -72,6 +78,8 @@ struct ParsedKey {
     kExitAll,
     kRunning,
     kWorkerPort,
+    kHangProbe,
+    kHangAnswers,
     kStatus,
     kCurrentRound,
     kRoundState,
@@ -80,9 +88,9 @@ struct ParsedKey {
     kAlive,
   };
   Kind kind = Kind::kOther;
-  int round = -1;       // kNode, kDoneCount, kOutcome, kFailures, kExit*, kRunning, kRoundState,
-                        // kRoundChanged
-  int node_rank = -1;   // kNode, kFailures, kRunning, kStatus
+  int round = -1;       // kNode, kDoneCount, kOutcome, kFailures, kExit*, kRunning, kHang*, kRound*
+  int node_rank = -1;   // kNode, kFailures, kRunning, kHangAnswers, kStatus
+  int probe = -1;       // kHangAnswers
   int version = -1;     // kRoundChanged
   int port = -1;        // kWorkerPort
   std::string node_id;  // kKeepAlive, kAlive

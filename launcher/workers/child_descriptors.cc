@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -56,6 +57,16 @@ void make_pty(int* read_end, int* write_end) {
   }
 }
 
+// A connected pair of stream sockets: `here` is cohortrun's end (non-blocking), `there` the
+// worker's (blocking: its helper thread waits there for questions).
+void make_socket_pair(int* here, int* there) {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) fail("socketpair");
+  *here = fds[0];
+  *there = fds[1];
+  ::fcntl(*here, F_SETFL, ::fcntl(*here, F_GETFL) | O_NONBLOCK);
+}
+
 }  // namespace
 
 void ChildDescriptors::close_ends(Ends* e) {
@@ -76,21 +87,20 @@ ChildDescriptors::ChildDescriptors(const SpawnRequest& req) : inherit_(req.inher
       // The worker must never block on a beat: a full pipe just drops it.
       ::fcntl(hb_.write, F_SETFL, ::fcntl(hb_.write, F_GETFL) | O_NONBLOCK);
     }
+    if (req.control) make_socket_pair(&control_.read, &control_.write);
   } catch (...) {
-    close_ends(&out_);
-    close_ends(&err_);
-    close_ends(&hb_);
+    for (Ends* e : {&out_, &err_, &hb_, &control_}) close_ends(e);
     throw;
   }
   env_ = req.env;
   if (hb_.write >= 0)
     env_.push_back(std::string(worker_env::kHeartbeatFd) + "=" + std::to_string(hb_.write));
+  if (control_.write >= 0)
+    env_.push_back(std::string(worker_env::kControlFd) + "=" + std::to_string(control_.write));
 }
 
 ChildDescriptors::~ChildDescriptors() {
-  close_ends(&out_);
-  close_ends(&err_);
-  close_ends(&hb_);
+  for (Ends* e : {&out_, &err_, &hb_, &control_}) close_ends(e);
 }
 
 std::vector<std::pair<int, int>> ChildDescriptors::mapping() const {
@@ -98,12 +108,13 @@ std::vector<std::pair<int, int>> ChildDescriptors::mapping() const {
                                      {out_.write >= 0 ? out_.write : STDOUT_FILENO, STDOUT_FILENO},
                                      {err_.write >= 0 ? err_.write : STDERR_FILENO, STDERR_FILENO}};
   if (hb_.write >= 0) m.emplace_back(hb_.write, hb_.write);
+  if (control_.write >= 0) m.emplace_back(control_.write, control_.write);
   for (int fd : inherit_) m.emplace_back(fd, fd);
   return m;
 }
 
 SpawnedProcess ChildDescriptors::finish(pid_t pid, int pidfd) {
-  for (Ends* e : {&out_, &err_, &hb_}) {
+  for (Ends* e : {&out_, &err_, &hb_, &control_}) {
     if (e->write >= 0) ::close(e->write);
     e->write = -1;
   }
@@ -113,6 +124,7 @@ SpawnedProcess ChildDescriptors::finish(pid_t pid, int pidfd) {
   p.stdout_fd = std::exchange(out_.read, -1);
   p.stderr_fd = std::exchange(err_.read, -1);
   p.heartbeat_fd = std::exchange(hb_.read, -1);
+  p.control_fd = std::exchange(control_.read, -1);
   return p;
 }
 

@@ -46,7 +46,7 @@ struct ChildArgs {
   char* const* argv;
   char* const* envp;
   pid_t parent;
-  int out_w, err_w, hb_w;
+  int out_w, err_w, hb_w, control_w;
   const int* inherit;
   size_t n_inherit;
   const Binding* bind;
@@ -94,10 +94,11 @@ int child(void* raw) {
   ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, NSIG / 8);
   if (a.out_w >= 0) ::dup2(a.out_w, STDOUT_FILENO);
   if (a.err_w >= 0) ::dup2(a.err_w, STDERR_FILENO);
-  // The worker keeps its stdio, its heartbeat pipe and what the request names; nothing else (as
-  // torchrun's workers, which Python's subprocess starts with close_fds).
+  // The worker keeps its stdio, its heartbeat pipe, its control socket and what the request
+  // names; nothing else (as torchrun's workers, which Python's subprocess starts with close_fds).
   cloexec_from(STDERR_FILENO + 1, a.fd_limit);
-  if (a.hb_w >= 0) ::fcntl(a.hb_w, F_SETFD, 0);  // keep the heartbeat pipe across exec
+  if (a.hb_w >= 0) ::fcntl(a.hb_w, F_SETFD, 0);            // keep the heartbeat pipe across exec
+  if (a.control_w >= 0) ::fcntl(a.control_w, F_SETFD, 0);  // and the control socket
   for (size_t i = 0; i < a.n_inherit; ++i) ::fcntl(a.inherit[i], F_SETFD, 0);
   if (a.bind->cpus) ::sched_setaffinity(0, sizeof(a.bind->cpu_set), &a.bind->cpu_set);
   if (a.bind->memory) {
@@ -190,6 +191,7 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& req) {
                  fds.out_write(),
                  fds.err_write(),
                  fds.heartbeat_write(),
+                 fds.control_write(),
                  req.inherit_fds.data(),
                  req.inherit_fds.size(),
                  &bind,

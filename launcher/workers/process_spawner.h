@@ -3,9 +3,9 @@
 //
 // Every worker gets a process group of its own (stopping it stops its whole tree), the parent-
 // death signal SIGKILL (it dies with cohortrun even when cohortrun is SIGKILLed), default signal
-// dispositions and an empty signal mask. It inherits only its stdio, its heartbeat pipe and the
-// descriptors its request names: every other one is made close-on-exec in the child before exec,
-// whoever opened it and however.
+// dispositions and an empty signal mask. It inherits only its stdio, its heartbeat pipe, its
+// control socket and the descriptors its request names: every other one is made close-on-exec in
+// the child before exec, whoever opened it and however.
 #pragma once
 
 #include <sys/types.h>
@@ -30,6 +30,9 @@ struct SpawnRequest {
   StreamMode out = StreamMode::kInherit;
   StreamMode err = StreamMode::kPipe;
   bool heartbeat = true;  // a pipe whose write end the worker finds in COHORT_HEARTBEAT_FD
+  // A socket pair whose other end the worker finds in COHORT_CONTROL_FD: cohortrun's hang probes
+  // (cohort/base/hang_probe.h).
+  bool control = true;
   // Descriptors the worker inherits at the same numbers (close-on-exec cleared), e.g. a token
   // file descriptor. The caller keeps ownership.
   std::vector<int> inherit_fds;
@@ -48,6 +51,7 @@ struct SpawnedProcess {
   int stdout_fd = -1;  // read ends, when piped
   int stderr_fd = -1;
   int heartbeat_fd = -1;
+  int control_fd = -1;  // cohortrun's end of the control socket (non-blocking)
 };
 
 class ProcessSpawner {

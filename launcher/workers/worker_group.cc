@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "cohort/base/hang_probe.h"
 #include "cohort/error.h"
 #include "failure/error_file.h"
 #include "workers/proc_file.h"
@@ -46,6 +47,7 @@ struct WorkerGroup::Worker {
       : spec(std::move(s)),
         pidfd(io),
         heartbeat(io),
+        control(io),
         hang_timer(clock.make_timer()),
         drain_timer(clock.make_timer()),
         stack_timer(clock.make_timer()) {}
@@ -55,6 +57,10 @@ struct WorkerGroup::Worker {
   bool running = false;   // started and not reaped
   bool reported = false;  // its exit was reported
   bool dumping = false;   // hung: asked for its stack, not yet reported
+  // Set when the caller judged it hung (report_hung_with_stack): its reason and who waited.
+  std::string hang_reason;
+  std::vector<std::string> waiting;
+  Clock::time_point nccl_deadline{};  // the wait for its NCCL Flight Recorder dump
   bool hung_reported = false;
   bool wedged_reported = false;
   std::optional<Clock::time_point> uninterruptible_since;  // in D state since
@@ -63,6 +69,7 @@ struct WorkerGroup::Worker {
   double exit_time = 0;
   asio::posix::stream_descriptor pidfd;
   asio::posix::stream_descriptor heartbeat;
+  asio::posix::stream_descriptor control;  // hang probes (cohort/base/hang_probe.h)
   std::unique_ptr<LoopTimer> hang_timer;
   std::unique_ptr<LoopTimer> drain_timer;
   std::unique_ptr<LoopTimer> stack_timer;
@@ -70,6 +77,16 @@ struct WorkerGroup::Worker {
   std::shared_ptr<StreamPump> err_pump;
   char beat_buf[256];
   heartbeat_pipe::HeartbeatParser beats;
+  std::optional<std::chrono::steady_clock::time_point> hello_at;
+  char control_buf[4096];
+  std::string control_line;           // an answer being read
+  bool control_overlong = false;      // the line being read passed kMaxAnswerBytes: dropped
+  int64_t asked = -1;                 // the probe it was last asked
+  std::optional<std::string> answer;  // its answer to that probe
+
+  bool answers_probes() const {
+    return beats.hello() && beats.hello()->has(heartbeat_pipe::kProbeFeature) && control.is_open();
+  }
   std::optional<std::chrono::steady_clock::time_point> last_beat;
 
   bool output_open() const {
@@ -87,6 +104,7 @@ WorkerGroup::WorkerGroup(asio::io_context& io, LoopClock& clock, ProcessSpawner&
       spec_(std::move(spec)),
       events_(std::move(events)),
       state_timer_(clock.make_timer()),
+      probe_timer_(clock.make_timer()),
       error_files_(error_files) {}
 
 WorkerGroup::~WorkerGroup() {
@@ -109,8 +127,10 @@ WorkerGroup::~WorkerGroup() {
     w->stack_timer->cancel();
     std::error_code ignored;
     w->heartbeat.close(ignored);
+    w->control.close(ignored);
     w->pidfd.close(ignored);
   }
+  probe_timer_->cancel();
 }
 
 void WorkerGroup::post(std::function<void()> event) {
@@ -214,6 +234,10 @@ void WorkerGroup::spawn(Worker& w, bool forking) {
       w.heartbeat.assign(p.heartbeat_fd);
       read_heartbeat(w);
     }
+    if (p.control_fd >= 0) {
+      w.control.assign(p.control_fd);
+      read_control(w);
+    }
     watch_exit(w);
   } catch (const std::exception& e) {
     if (out_file >= 0) ::close(out_file);
@@ -247,20 +271,144 @@ void WorkerGroup::read_heartbeat(Worker& w) {
       [this, &w, alive = std::weak_ptr<int>(alive_)](std::error_code ec, size_t n) {
         if (ec || alive.expired()) return;  // the worker is gone, or so is the group
         // Only beats and step reports arm the hang timer: a hello is no beat, and a worker that
-        // never beats is never judged by beats.
+        // never beats is never judged by beats alone. One that answers probes is watched from
+        // its hello on: the caller's probe judges it, beats or none.
+        const bool had_hello = w.beats.hello().has_value();
         const bool beat = w.beats.feed(std::string_view(w.beat_buf, n));
-        if (beat) w.last_beat = std::chrono::steady_clock::now();
-        if (beat && spec_.hang_timeout.count() > 0 && w.running) {
-          w.hang_timer->start(spec_.hang_timeout, [this, &w] {
-            if (!w.running || w.dumping) return;
-            // Its stack first: the summary should show where it was stuck.
-            w.dumping = true;
-            spawner_.kill_process(w.pid, spec_.stack_signal);
-            w.stack_timer->start(spec_.stack_grace, [this, &w] { report_hung(w, std::nullopt); });
-          });
-        }
+        const auto now = std::chrono::steady_clock::now();
+        if (beat) w.last_beat = now;
+        const bool new_hello = !had_hello && w.beats.hello().has_value();
+        if (new_hello) w.hello_at = now;
+        if (beat || (new_hello && w.answers_probes() && events_.silent)) arm_hang_timer(w);
         read_heartbeat(w);
       });
+}
+
+void WorkerGroup::arm_hang_timer(Worker& w) {
+  // A worker that answers probes is judged by the caller's probe, when the caller listens.
+  const bool probed = w.answers_probes() && events_.silent != nullptr;
+  const std::chrono::milliseconds timeout =
+      probed && spec_.probe_silence.count() > 0 ? spec_.probe_silence : spec_.hang_timeout;
+  if (timeout.count() <= 0 || !w.running) return;
+  w.hang_timer->start(timeout, [this, &w, probed] {
+    if (!w.running || w.dumping) return;
+    if (probed) {
+      const int lr = w.spec.local_rank;
+      post([this, lr] {
+        if (events_.silent) events_.silent(lr);
+      });
+      return;
+    }
+    // Its stack first: the summary should show where it was stuck.
+    w.dumping = true;
+    spawner_.kill_process(w.pid, spec_.stack_signal);
+    w.stack_timer->start(spec_.stack_grace, [this, &w] { report_hung(w, std::nullopt); });
+  });
+}
+
+void WorkerGroup::read_control(Worker& w) {
+  w.control.async_read_some(
+      asio::buffer(w.control_buf),
+      [this, &w, alive = std::weak_ptr<int>(alive_)](std::error_code ec, size_t n) {
+        if (ec || alive.expired()) return;  // the worker is gone, or so is the group
+        std::string_view in(w.control_buf, n);
+        while (!in.empty()) {
+          const size_t nl = in.find('\n');
+          const std::string_view piece = in.substr(0, nl);
+          if (!w.control_overlong) {
+            w.control_line.append(piece);
+            if (w.control_line.size() > hang_probe::kMaxAnswerBytes) {
+              w.control_overlong = true;
+              w.control_line.clear();
+            }
+          }
+          if (nl == std::string_view::npos) break;
+          if (!w.control_overlong) take_answer(w, std::exchange(w.control_line, {}));
+          w.control_overlong = false;
+          in.remove_prefix(nl + 1);
+        }
+        read_control(w);
+      });
+}
+
+void WorkerGroup::take_answer(Worker& w, std::string line) {
+  int64_t id = -1;
+  try {
+    id = hang_probe::parse_answer(line).id;
+  } catch (const std::exception&) {
+    return;  // not an answer: dropped
+  }
+  if (id != w.asked || id != probe_id_ || w.answer) return;  // late, or not asked
+  w.answer = std::move(line);
+  finish_probe_if_answered();
+}
+
+void WorkerGroup::finish_probe_if_answered() {
+  if (!probe_done_) return;
+  for (const auto& w : workers_)
+    if (w->asked == probe_id_ && !w->answer && w->running) return;
+  finish_probe();
+}
+
+void WorkerGroup::probe(int64_t id, std::chrono::milliseconds deadline,
+                        std::function<void(std::vector<ProbeReply>)> done) {
+  probe_timer_->cancel();
+  probe_id_ = id;
+  probe_done_ = std::move(done);
+  bool asked_any = false;
+  const std::string question = hang_probe::encode_request(id);
+  for (auto& w : workers_) {
+    w->asked = -1;
+    w->answer.reset();
+    if (!w->running || !w->answers_probes()) continue;
+    // A dozen bytes into an empty socket buffer: it never blocks, and a worker that does not read
+    // its questions fills it only after hundreds of them.
+    if (::write(w->control.native_handle(), question.data(), question.size()) !=
+        static_cast<ssize_t>(question.size()))
+      continue;
+    w->asked = id;
+    asked_any = true;
+  }
+  if (!asked_any) {
+    finish_probe();
+    return;
+  }
+  probe_timer_->start(deadline, [this] { finish_probe(); });
+}
+
+void WorkerGroup::finish_probe() {
+  if (!probe_done_) return;
+  probe_timer_->cancel();
+  std::vector<ProbeReply> replies;
+  for (const auto& w : workers_) {
+    ProbeReply r;
+    r.local_rank = w->spec.local_rank;
+    r.pid = w->beats.hello() ? static_cast<pid_t>(w->beats.hello()->pid) : w->pid;
+    r.running = w->running;
+    if (w->answer) {
+      r.answer = std::move(*w->answer);
+    } else if (!w->running) {
+      r.no_answer = w->pid > 0 ? "it had exited" : "it never started";
+    } else if (!w->answers_probes()) {
+      r.no_answer =
+          "it does not answer hang probes (not a Python worker with cohortrun's worker module, "
+          "nor libcohort)";
+    } else if (w->asked != probe_id_) {
+      r.no_answer = "its control socket did not take the question";
+    } else {
+      r.no_answer =
+          "no answer in time (its main thread may hold Python's GIL in native code, or the "
+          "process is stopped)";
+    }
+    replies.push_back(std::move(r));
+  }
+  for (auto& w : workers_) {
+    w->asked = -1;
+    w->answer.reset();
+  }
+  post([done = std::exchange(probe_done_, nullptr), replies = std::move(replies)] {
+    done(replies);
+  });
 }
 
 std::vector<WorkerReading> WorkerGroup::readings() const {
@@ -268,7 +416,7 @@ std::vector<WorkerReading> WorkerGroup::readings() const {
   out.reserve(workers_.size());
   for (const auto& w : workers_) {
     out.push_back({w->spec.local_rank, w->pid, w->running, !w->running && w->wait_status != 0,
-                   w->last_beat, w->beats.last_step()});
+                   w->last_beat, w->beats.last_step(), w->hello_at, w->answers_probes()});
   }
   return out;
 }
@@ -278,6 +426,7 @@ void WorkerGroup::on_exit(Worker& w) {
   w.exit_time = wall_clock_now();
   w.running = false;
   w.hang_timer->cancel();
+  finish_probe_if_answered();  // it will not answer now
   // Whatever the worker left in its process group goes with it.
   spawner_.kill_group(w.pid, SIGKILL);
   if (events_.reaped) events_.reaped(w.pid);
@@ -296,11 +445,20 @@ void WorkerGroup::report_hung(Worker& w, std::optional<WorkerFailure> exit) {
   if (w.hung_reported) return;
   w.hung_reported = true;
   w.stack_timer->cancel();
+  const std::string why = w.hang_reason.empty()
+                              ? "hung: no heartbeat for " + in_seconds(spec_.hang_timeout)
+                              : w.hang_reason;
   WorkerFailure f = make_failure(
       site(w), exit ? exit->exit_code : -SIGKILL,
-      "hung: no heartbeat for " + in_seconds(spec_.hang_timeout) +
-          (exit ? " (its stack, asked for with " + signal_name(spec_.stack_signal) + ", below)"
-                : " (it did not answer " + signal_name(spec_.stack_signal) + " with its stack)"));
+      why + (exit ? " (its stack, asked for with " + signal_name(spec_.stack_signal) + ", below)"
+                  : " (it did not answer " + signal_name(spec_.stack_signal) + " with its stack)"));
+  f.waiting = w.waiting;
+  const std::vector<std::string> dumps = nccl_dumps(w);
+  if (!dumps.empty()) {
+    f.reason += "; its NCCL Flight Recorder dump (torchfrtrace reads it): ";
+    for (size_t i = 0; i < dumps.size(); ++i) f.reason += (i ? ", " : "") + dumps[i];
+    f.message = f.reason;
+  }
   if (exit) {
     f.error_file = exit->error_file;
     f.traceback = exit->traceback;
@@ -359,6 +517,74 @@ void WorkerGroup::finish_report(Worker& w, std::optional<ErrorFileContent> ef) {
   post([this, lr, failure] {
     if (events_.exited) events_.exited(lr, failure);
   });
+}
+
+void WorkerGroup::report_hung_with_stack(int local_rank, std::string reason,
+                                         std::vector<std::string> waiting) {
+  if (local_rank < 0 || static_cast<size_t>(local_rank) >= workers_.size()) return;
+  Worker& w = *workers_[static_cast<size_t>(local_rank)];
+  if (!w.running || w.dumping || w.hung_reported) return;
+  w.hang_reason = std::move(reason);
+  w.waiting = std::move(waiting);
+  w.dumping = true;
+  w.hang_timer->cancel();
+  // An NCCL worker's Flight Recorder first: PyTorch dumps it from a C++ thread when its pipe is
+  // written to, without the GIL; the stack request would end the process before.
+  if (poke_nccl_pipes(w) > 0) {
+    w.nccl_deadline = clock_.now() + kNcclDumpWait;
+    wait_for_nccl_dump(w);
+    return;
+  }
+  ask_for_stack(w);
+}
+
+void WorkerGroup::ask_for_stack(Worker& w) {
+  spawner_.kill_process(w.pid, spec_.stack_signal);
+  w.stack_timer->start(spec_.stack_grace, [this, &w] { report_hung(w, std::nullopt); });
+}
+
+int WorkerGroup::poke_nccl_pipes(Worker& w) {
+  namespace fs = std::filesystem;
+  if (w.spec.nccl_pipe_stem.empty()) return 0;
+  const fs::path stem(w.spec.nccl_pipe_stem);
+  const std::string name = stem.filename().string();
+  std::error_code ec;
+  int poked = 0;
+  for (const auto& e : fs::directory_iterator(stem.parent_path(), ec)) {
+    const std::string f = e.path().filename().string();
+    if (f.rfind(name, 0) != 0 || !e.is_fifo(ec)) continue;
+    // Non-blocking: a pipe nobody reads (a dead process group) fails at once with ENXIO.
+    const int fd = ::open(e.path().c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    poked += ::write(fd, "1", 1) == 1;
+    ::close(fd);
+  }
+  return poked;
+}
+
+std::vector<std::string> WorkerGroup::nccl_dumps(const Worker& w) const {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  if (w.spec.nccl_dump_prefix.empty()) return out;
+  const fs::path prefix(w.spec.nccl_dump_prefix);
+  const std::string name = prefix.filename().string();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(prefix.parent_path(), ec)) {
+    if (e.path().filename().string().rfind(name, 0) == 0 && e.is_regular_file(ec) &&
+        e.file_size(ec) > 0)
+      out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void WorkerGroup::wait_for_nccl_dump(Worker& w) {
+  if (!w.running) return;
+  if (!nccl_dumps(w).empty() || clock_.now() >= w.nccl_deadline) {
+    ask_for_stack(w);
+    return;
+  }
+  w.stack_timer->start(std::chrono::milliseconds(100), [this, &w] { wait_for_nccl_dump(w); });
 }
 
 bool WorkerGroup::signal_for_expired_timer(pid_t pid, const std::string& scope, int sig) {

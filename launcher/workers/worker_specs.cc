@@ -1,8 +1,11 @@
 #include "workers/worker_specs.h"
 
+#include <algorithm>
+
 #include <filesystem>
 #include <sstream>
 
+#include "cohort/base/worker_env_names.h"
 #include "cohort/error.h"
 #include "loop/console.h"
 #include "workers/worker_env.h"
@@ -91,6 +94,10 @@ GroupSpec make_group_spec(const JobPlan& plan, const EnvMap& env, const RankAssi
   g.base_rank = a.base_rank;
   g.host = plan.host;
   g.hang_timeout = c.worker_hang_timeout;
+  // Workers that answer hang probes fall silent after the watch's timeout (observe/hang_watch.h).
+  g.probe_silence = c.worker_hang_timeout.count() > 0 && c.hang_report_after.count() > 0
+                        ? std::min(c.worker_hang_timeout, c.hang_report_after)
+                        : std::max(c.worker_hang_timeout, c.hang_report_after);
   g.uninterruptible_timeout = c.uninterruptible_state_timeout;
   const std::string attempt = plan.log_root + "/attempt_" + std::to_string(a.restart_count);
   std::error_code ec;
@@ -126,6 +133,16 @@ GroupSpec make_group_spec(const JobPlan& plan, const EnvMap& env, const RankAssi
     if (!plan.command.interpreter.empty()) {
       // A hung Python worker asked for its stack (SIGABRT) prints every thread's.
       if (!env.contains("PYTHONFAULTHANDLER")) set_env(&w.request.env, "PYTHONFAULTHANDLER", "1");
+      // Where an NCCL worker that cannot answer a hang probe dumps its Flight Recorder when asked
+      // (WorkerGroup::report_hung_with_stack), unless the worker's environment says.
+      if (c.cohort_module) {
+        auto pipe = env.find(worker_env::kTorchNcclDebugInfoPipeFile);
+        auto dump = env.find(worker_env::kTorchNcclDebugInfoTempFile);
+        w.nccl_pipe_stem = pipe != env.end() ? pipe->second : w.dir + "/nccl_fr_pipe_";
+        w.nccl_dump_prefix = dump != env.end() ? dump->second : w.dir + "/nccl_fr_dump_";
+        set_env(&w.request.env, worker_env::kTorchNcclDebugInfoPipeFile, w.nccl_pipe_stem);
+        set_env(&w.request.env, worker_env::kTorchNcclDebugInfoTempFile, w.nccl_dump_prefix);
+      }
       // cohortrun's worker module first (its boot folder's sitecustomize.py loads it before the
       // script: beats on every optimizer step, answers to hang probes), then `import cohort`.
       std::string path = plan.cohort_boot_dir;

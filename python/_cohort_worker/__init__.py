@@ -32,6 +32,7 @@ from . import heartbeat, probe, torch_hooks
 # PyTorch 2.x records every collective in its Flight Recorder (gloo and NCCL in 2.15): a small
 # buffer is enough to name the collective a hang is in. The worker's own setting wins.
 FLIGHT_RECORDER_ENTRIES = "200"
+FLIGHT_RECORDER_SETTINGS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 
 
 class _Claim:
@@ -66,7 +67,9 @@ def activate():
         return False
     os.environ["COHORT_WORKER_PID"] = str(pid)
     # Read when the process's first group is made: a fork server's child still gets it here.
-    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FLIGHT_RECORDER_ENTRIES)
+    # TORCH_NCCL_TRACE_BUFFER_SIZE is the older name of the same setting (2.x reads both).
+    if not any(os.environ.get(n) for n in FLIGHT_RECORDER_SETTINGS):
+        os.environ["TORCH_FR_BUFFER_SIZE"] = FLIGHT_RECORDER_ENTRIES
     heartbeat.attach(pipe)
     control = _descriptor("COHORT_CONTROL_FD", stat.S_ISSOCK)
     features = []

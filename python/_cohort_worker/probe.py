@@ -30,8 +30,8 @@ import os
 import sys
 import time
 
-# json, threading and traceback are imported when the first question comes: a worker that is
-# never asked does not pay for them at start-up.
+# json and traceback are imported when the first question comes: a worker that is never asked
+# does not pay for them at start-up. threading is never imported here (see thread_stacks()).
 
 MAX_FRAMES = 40  # innermost frames kept per thread
 MAX_THREADS = 32
@@ -40,14 +40,16 @@ MAX_THREADS = 32
 class _Server:
     fd = -1
     thread = None
+    main = None  # the main thread's ident
 
 
 server = _Server()
 
 
 def serve(fd):
-    """Answers on `fd` from a daemon thread of this process."""
+    """Answers on `fd` from a thread of this process. Call it from the main thread."""
     server.fd = fd
+    server.main = _thread.get_ident()
     server.thread = _thread.start_new_thread(_loop, (fd,))
 
 
@@ -55,6 +57,7 @@ def forget():
     """After fork: the thread did not come along; the descriptor belongs to the parent."""
     server.fd = -1
     server.thread = None
+    server.main = None
 
 
 def _loop(fd):
@@ -116,11 +119,16 @@ def answer(probe_id):
 
 
 def thread_stacks():
-    import threading
     import traceback
-    me = threading.get_ident()
-    main = threading.main_thread().ident
-    names = {t.ident: t.name for t in threading.enumerate()}
+    me = _thread.get_ident()
+    main = server.main
+    names = {}
+    # Never imported here: the module would take this thread for the main one, for good.
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        names = {t.ident: t.name for t in threading.enumerate()}
+        main = threading.main_thread().ident
+    names.setdefault(main, "MainThread")
     frames = sys._current_frames()
     order = sorted((i for i in frames if i != me), key=lambda i: (i != main, i))[:MAX_THREADS]
     out = []

@@ -51,9 +51,11 @@ class ForkServerTorchTest : public LauncherTest {
 
 // What differs between two attempts of one rank, and must: the launcher's per-attempt variables.
 const std::set<std::string> kPerAttempt = {
-    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_ERROR_FILE",    "MASTER_PORT",
-    "COHORT_RESTART_REASON",      "COHORT_RESTART_FAILED_RANK", "COHORT_RESTART_FAILED_HOST",
-    "COHORT_HEARTBEAT_FD",        "COHORT_WORKER_PID",          "COHORT_CONTROL_FD"};
+    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_ERROR_FILE", "MASTER_PORT", "COHORT_RESTART_REASON",
+    "COHORT_RESTART_FAILED_RANK", "COHORT_RESTART_FAILED_HOST", "COHORT_HEARTBEAT_FD",
+    "COHORT_WORKER_PID", "COHORT_CONTROL_FD",
+    // In the attempt's log folder (worker_specs.cc).
+    "TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"};
 
 TEST_F(ForkServerTorchTest, ARestartedWorkerIsForkedAndIsWhatAnExecdOneWas) {
   COHORT_REQUIRE_TORCH();
@@ -66,11 +68,16 @@ TEST_F(ForkServerTorchTest, ARestartedWorkerIsForkedAndIsWhatAnExecdOneWas) {
     ASSERT_TRUE(e.is_object() && f.is_object());
     EXPECT_FALSE(e["forked"].get<bool>());
     EXPECT_TRUE(f["forked"].get<bool>()) << "attempt 1 was not forked from the server";
-    // The heartbeat pipe may have another number in each attempt; its kind may not.
+    // The heartbeat pipe and the control socket may have other numbers in each attempt; their
+    // kinds may not.
     for (nlohmann::json* rec : {&e, &f}) {
-      const std::string hb = (*rec)["env"]["COHORT_HEARTBEAT_FD"];
-      (*rec)["fds"]["HB"] = (*rec)["fds"][hb];
-      (*rec)["fds"].erase(hb);
+      for (const auto& [var, name] :
+           {std::pair{"COHORT_HEARTBEAT_FD", "HB"}, std::pair{"COHORT_CONTROL_FD", "CONTROL"}}) {
+        if (!(*rec)["env"].contains(var)) continue;
+        const std::string fd = (*rec)["env"][var];
+        (*rec)["fds"][name] = (*rec)["fds"][fd];
+        (*rec)["fds"].erase(fd);
+      }
       for (const auto& k : kPerAttempt) (*rec)["env"].erase(k);
       // The probe writes its record to a file named after the attempt.
       for (auto& [fd, what] : (*rec)["fds"].items())

@@ -22,6 +22,7 @@
 #include "cohort/cpu_process_group.h"
 #include "cohort/heartbeat.h"
 #include "cohort/rdzv/prefix_store.h"
+#include "collective_progress.h"
 #include "cpu/algorithms.h"
 #include "cpu/topology.h"
 
@@ -76,11 +77,13 @@ class CpuProcessGroup final : public ProcessGroup {
  public:
   // Rendezvous under `prefix` of `base` (see new_cpu_process_group). host_ids empty: exchanged
   // through the store. global_ranks maps this group's ranks to the root group's.
+  // `name` is how cohortrun's hang probes call it ("cohort/0"; collective_progress.h).
   static std::unique_ptr<CpuProcessGroup> create(Store& base, const std::string& prefix, int rank,
                                                  int size, const ProcessGroupOptions& options,
                                                  const std::string& my_host,
                                                  std::vector<std::string> host_ids,
-                                                 std::vector<int> global_ranks);
+                                                 std::vector<int> global_ranks,
+                                                 const std::string& name);
 
   int rank() const override { return topo_.rank; }
   int size() const override { return topo_.size; }
@@ -124,11 +127,14 @@ class CpuProcessGroup final : public ProcessGroup {
   std::vector<char> scratch2_;
   std::string failure_;  // set by the first failure; the group is unusable after it
   int subgroups_ = 0;
+  std::string name_;
+  std::unique_ptr<detail::GroupProgress> progress_;  // for cohortrun's hang probes
 };
 
 std::unique_ptr<CpuProcessGroup> CpuProcessGroup::create(
     Store& base, const std::string& prefix, int rank, int size, const ProcessGroupOptions& options,
-    const std::string& my_host, std::vector<std::string> host_ids, std::vector<int> global_ranks) {
+    const std::string& my_host, std::vector<std::string> host_ids, std::vector<int> global_ranks,
+    const std::string& name) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw Error("cohort: new_cpu_process_group: rank " + std::to_string(rank) +
                 " is not in a group of " + std::to_string(size));
@@ -159,6 +165,8 @@ std::unique_ptr<CpuProcessGroup> CpuProcessGroup::create(
     g->failure_ = g->describe(call) + ": " + e.what();
     throw CollectiveError(g->failure_, -1);
   }
+  g->name_ = name;
+  g->progress_ = std::make_unique<detail::GroupProgress>(name, "cohort-cpu", g->global_ranks_);
   return g;
 }
 
@@ -305,11 +313,14 @@ void CpuProcessGroup::run(const Call& call, Fn&& fn) {
         std::string("cohort: ") + call.op + ": the process group failed earlier: " + failure_, -1);
   }
   heartbeat();
+  progress_->enter(call.op, call.dtype, call.count);
   try {
     fn();
   } catch (const PeerFailure& f) {
+    progress_->leave();
     fail(call, f);
   }
+  progress_->leave();
   heartbeat();
 }
 
@@ -500,7 +511,8 @@ std::unique_ptr<ProcessGroup> CpuProcessGroup::new_group(std::vector<int> ranks)
   ProcessGroupOptions o = options_;
   o.segment_tag = options_.segment_tag + "s" + std::to_string(k);
   return create(store_, "sub" + std::to_string(k), static_cast<int>(it - ranks.begin()),
-                static_cast<int>(ranks.size()), o, my_host_, std::move(hosts), std::move(globals));
+                static_cast<int>(ranks.size()), o, my_host_, std::move(hosts), std::move(globals),
+                name_ + "/" + std::to_string(k));
 }
 
 std::string read_first_line(const char* path) {
@@ -525,7 +537,8 @@ std::string default_host_identity() {
 std::unique_ptr<ProcessGroup> new_cpu_process_group(Store& store, int rank, int size,
                                                     const ProcessGroupOptions& options,
                                                     const std::string& host_identity) {
-  return CpuProcessGroup::create(store, "cpu_pg", rank, size, options, host_identity, {}, {});
+  return CpuProcessGroup::create(store, "cpu_pg", rank, size, options, host_identity, {}, {},
+                                 "cohort/0");
 }
 
 std::unique_ptr<ProcessGroup> new_cpu_process_group(Context& context,
@@ -544,7 +557,8 @@ std::unique_ptr<ProcessGroup> new_cpu_process_group(Context& context,
   const uint64_t group = context.next_group_id();
   o.segment_tag += "-g" + std::to_string(group);
   return CpuProcessGroup::create(context.store(), "cpu_pg/" + std::to_string(group), id.rank,
-                                 id.world_size, o, default_host_identity(), {}, {});
+                                 id.world_size, o, default_host_identity(), {}, {},
+                                 "cohort/" + std::to_string(group));
 }
 
 }  // namespace cohort

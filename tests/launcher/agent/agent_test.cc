@@ -187,6 +187,26 @@ TEST(Agent, HungWorkerIsAFailure) {
   ASSERT_TRUE(find<action::StopWorkers>(acts));
 }
 
+TEST(Agent, AGroupJudgedHungIsAFailureWhoeverTheCulpritIs) {
+  Agent agent({0, std::chrono::seconds(1)});
+  agent.start();
+  agent.on_rendezvous_done(assignment(0));
+  WorkerFailure f = failure(1, -9);
+  f.node_rank = 1;  // another node's worker
+  f.global_rank = 3;
+  f.reason = "hung: never entered all_reduce ...";
+  f.waiting = {"rank 0 (n0, pid 1): waits in all_reduce ..."};
+  auto acts = agent.on_group_hung(f);
+  auto pub = find<action::PublishFailure>(acts);
+  ASSERT_TRUE(pub);
+  ASSERT_EQ(pub->failures.size(), 1u);
+  EXPECT_EQ(pub->failures[0].global_rank, 3);
+  EXPECT_EQ(pub->failures[0].waiting, f.waiting);
+  ASSERT_TRUE(find<action::StopWorkers>(acts));
+  // Once the workers are being stopped, a second verdict changes nothing.
+  EXPECT_TRUE(agent.on_group_hung(f).empty());
+}
+
 TEST(Agent, WedgedWorkerEndsTheJobWithoutARestartEvenWithRestartsLeft) {
   Agent agent({5, std::chrono::seconds(1)});
   agent.start();

@@ -36,10 +36,10 @@ class NodeObserverTest : public ::testing::Test {
       w.request.argv = {"worker"};
       g.workers.push_back(w);
     }
-    group_ = std::make_unique<WorkerGroup>(
-        io_, clock_, spawner_, error_files_, g,
-        WorkerGroupEvents{[this](int, std::optional<WorkerFailure>) { ++exits_; }, nullptr, nullptr,
-                          nullptr, nullptr});
+    WorkerGroupEvents events;
+    events.exited = [this](int, std::optional<WorkerFailure>) { ++exits_; };
+    group_ =
+        std::make_unique<WorkerGroup>(io_, clock_, spawner_, error_files_, g, std::move(events));
     group_->start();
     view_.phase = "running";
     view_.running = true;

@@ -26,6 +26,11 @@ TEST(StoreKeys, EveryBuilderParsesBackToWhatBuiltIt) {
       auto status = keys::parse(keys::status(n));
       EXPECT_EQ(status.kind, Kind::kStatus);
       EXPECT_EQ(status.node_rank, n);
+      auto answers = keys::parse(keys::hang_answers(round, n + 7, n));
+      EXPECT_EQ(answers.kind, Kind::kHangAnswers);
+      EXPECT_EQ(answers.round, round);
+      EXPECT_EQ(answers.probe, n + 7);
+      EXPECT_EQ(answers.node_rank, n);
       auto changed = keys::parse(keys::round_changed(round, n));
       EXPECT_EQ(changed.kind, Kind::kRoundChanged);
       EXPECT_EQ(changed.round, round);
@@ -36,6 +41,8 @@ TEST(StoreKeys, EveryBuilderParsesBackToWhatBuiltIt) {
     EXPECT_EQ(keys::parse(keys::outcome(round)).round, round);
     EXPECT_EQ(keys::parse(keys::exit_count(round)).kind, Kind::kExitCount);
     EXPECT_EQ(keys::parse(keys::exit_all(round)).kind, Kind::kExitAll);
+    EXPECT_EQ(keys::parse(keys::hang_probe(round)).kind, Kind::kHangProbe);
+    EXPECT_EQ(keys::parse(keys::hang_probe(round)).round, round);
     EXPECT_EQ(keys::parse(keys::round_state(round)).kind, Kind::kRoundState);
     EXPECT_EQ(keys::parse(keys::round_state(round)).round, round);
   }
@@ -77,7 +84,10 @@ TEST(StoreKeys, KeysOfNoBuilderAreOther) {
                         "rdzv/round/1/changed",
                         "rdzv/round/1/changed/v",
                         "workers/round/1/x",
-                        "round/99999999999999999999/outcome"}) {
+                        "round/99999999999999999999/outcome",
+                        "round/1/hang/2",
+                        "round/1/hang/x/0",
+                        "round/1/hang/1/2/3"}) {
     EXPECT_EQ(keys::parse(k).kind, Kind::kOther) << k;
   }
 }

@@ -1,12 +1,15 @@
 // Test helper: a ProcessSpawner whose "processes" are descriptors the test controls. Each spawn
 // makes an eventfd for the pidfd (readable once the test ends the process), real pipes for the
-// streams it asks for (the test writes their other ends) and a heartbeat pipe; signals are
+// streams it asks for (the test writes their other ends), a heartbeat pipe and a control socket
+// pair (the test reads the questions and writes the answers); signals are
 // recorded, and SIGKILL (or, when asked, SIGTERM) ends the process as a real one would. No
 // process is ever started.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +29,7 @@ class FakeSpawner final : public ProcessSpawner {
     SpawnRequest request;
     int exit_fd = -1;  // the eventfd behind the pidfd (the group owns the descriptor)
     int out_w = -1, err_w = -1, hb_w = -1;
+    int control = -1;  // the worker's end of the control socket
     bool exited = false;
     int status = 0;
     std::vector<int> signals;  // in order
@@ -69,6 +73,14 @@ class FakeSpawner final : public ProcessSpawner {
     pipe_for(request.out, &s.stdout_fd, &p.out_w);
     pipe_for(request.err, &s.stderr_fd, &p.err_w);
     if (request.heartbeat) pipe_for(StreamMode::kPipe, &s.heartbeat_fd, &p.hb_w);
+    if (request.control) {
+      int fds[2];
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+        throw std::runtime_error("socketpair");
+      ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+      s.control_fd = fds[0];
+      p.control = fds[1];
+    }
     procs_.push_back(std::move(p));
     return s;
   }
@@ -106,6 +118,17 @@ class FakeSpawner final : public ProcessSpawner {
   void write_stderr(size_t i, const std::string& text) { put(procs_.at(i).err_w, text); }
   void write_stdout(size_t i, const std::string& text) { put(procs_.at(i).out_w, text); }
   void beat(size_t i) { put(procs_.at(i).hb_w, "b"); }
+  void write_heartbeat(size_t i, const std::string& bytes) { put(procs_.at(i).hb_w, bytes); }
+  // What cohortrun asked worker i on its control socket since the last call ("" when nothing).
+  std::string questions(size_t i) {
+    std::string text;
+    char buf[256];
+    ssize_t n;
+    while ((n = ::recv(procs_.at(i).control, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+      text.append(buf, static_cast<size_t>(n));
+    return text;
+  }
+  void write_control(size_t i, const std::string& bytes) { put(procs_.at(i).control, bytes); }
   size_t running() const {
     size_t n = 0;
     for (const auto& p : procs_) n += !p.exited;
@@ -126,6 +149,7 @@ class FakeSpawner final : public ProcessSpawner {
     close_fd(p.out_w);
     close_fd(p.err_w);
     close_fd(p.hb_w);
+    close_fd(p.control);
   }
   void end(Proc& p, int sig) { finish(p, sig); }  // a wait status "killed by `sig`"
   void finish(Proc& p, int status) {

@@ -1,10 +1,12 @@
 // WorkerGroup on a fake spawner (tests/launcher/workers/fake_spawner.h: descriptors the test
 // controls, no process is started) and a manual clock: exits and their failures, signals, hangs
-// and stack requests, spawn failures, output routing, heartbeats and step reports, and that no
-// event outlives the group.
+// and stack requests, silence and hang probes, spawn failures, output routing, heartbeats and
+// step reports, and that no event outlives the group.
 #include "workers/worker_group.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,7 +15,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <thread>
 
+#include "cohort/base/hang_probe.h"
 #include "fake_spawner.h"
 #include "loop/console.h"
 
@@ -70,6 +74,7 @@ class WorkerGroupTest : public ::testing::Test {
     WorkerGroupEvents ev;
     ev.exited = [this](int lr, std::optional<WorkerFailure> f) { exits_[lr] = std::move(f); };
     ev.hung = [this](int lr, WorkerFailure f) { hangs_[lr] = std::move(f); };
+    ev.silent = [this](int lr) { silences_.push_back(lr); };
     ev.started = [this](pid_t pid) { started_.push_back(pid); };
     ev.reaped = [this](pid_t pid) { reaped_.push_back(pid); };
     group_ = std::make_unique<WorkerGroup>(io_, clock_, spawner_, error_files_, std::move(g),
@@ -106,6 +111,23 @@ class WorkerGroupTest : public ::testing::Test {
   std::unique_ptr<WorkerGroup> group_;
   std::map<int, std::optional<WorkerFailure>> exits_;
   std::map<int, WorkerFailure> hangs_;
+  std::vector<int> silences_;
+  // Worker i says hello as the process holding its descriptors, offering probes or not.
+  void hello(size_t i, bool probes) {
+    heartbeat_pipe::Hello h;
+    h.pid = spawner_.proc(i).pid;
+    if (probes) h.features.push_back(heartbeat_pipe::kProbeFeature);
+    spawner_.write_heartbeat(i, heartbeat_pipe::encode_hello(h));
+    ASSERT_TRUE(run_until([&] { return group_->readings().at(i).hello_at.has_value(); }));
+  }
+  // An answer line to probe `id` from worker i.
+  std::string answer(size_t i, int64_t id) {
+    hang_probe::ProbeAnswer a;
+    a.id = id;
+    a.pid = spawner_.proc(i).pid;
+    a.threads = {{"MainThread", true, {{"train.py", 7 + static_cast<int>(i), "step", ""}}}};
+    return hang_probe::encode_answer(a);
+  }
   std::vector<pid_t> started_, reaped_;
 };
 
@@ -287,6 +309,140 @@ TEST_F(WorkerGroupTest, AWorkerThatNeverBeatsIsNeverHung) {
   EXPECT_TRUE(spawner_.proc(0).signals.empty());
   EXPECT_FALSE(clock_.next_deadline());
   EXPECT_TRUE(hangs_.empty());
+}
+
+TEST_F(WorkerGroupTest, AWorkerThatAnswersProbesIsReportedSilentNotHungEvenWithoutBeats) {
+  GroupSpec g = spec(2);
+  g.hang_timeout = 5s;
+  start(g);
+  hello(0, true);   // cohortrun's worker module: it is watched from its hello on
+  hello(1, false);  // says hello but answers no probes: judged by beats alone, as before
+  EXPECT_TRUE(group_->readings()[0].answers_probes);
+  EXPECT_FALSE(group_->readings()[1].answers_probes);
+  EXPECT_FALSE(has_beaten(0));  // a hello is no beat
+  advance(4s);
+  EXPECT_TRUE(silences_.empty());
+  advance(1s);
+  ASSERT_TRUE(run_until([&] { return !silences_.empty(); }));
+  EXPECT_EQ(silences_, std::vector<int>{0});
+  EXPECT_TRUE(spawner_.proc(0).signals.empty());  // no stack request, no verdict: the caller's
+  EXPECT_TRUE(hangs_.empty());
+  advance(60s);
+  EXPECT_EQ(silences_.size(), 1u);  // once, until it beats again
+  spawner_.beat(0);
+  ASSERT_TRUE(run_until([&] { return has_beaten(0); }));
+  advance(5s);
+  ASSERT_TRUE(run_until([&] { return silences_.size() == 2; }));
+  EXPECT_TRUE(hangs_.empty());
+}
+
+TEST_F(WorkerGroupTest, AProbeCollectsEveryAnswerAndSaysWhyOneIsMissing) {
+  start(spec(4));
+  hello(0, true);
+  hello(1, true);
+  hello(2, false);
+  // Worker 3 never says hello.
+  std::optional<std::vector<ProbeReply>> got;
+  group_->probe(7, 2s, [&](std::vector<ProbeReply> r) { got = std::move(r); });
+  EXPECT_EQ(spawner_.questions(0), "P 7\n");
+  EXPECT_EQ(spawner_.questions(1), "P 7\n");
+  EXPECT_EQ(spawner_.questions(2), "");  // it does not answer probes: not asked
+  // A late answer to an earlier question, then the answer, cut in two.
+  spawner_.write_control(0, answer(0, 6));
+  const std::string a0 = answer(0, 7);
+  spawner_.write_control(0, a0.substr(0, 10));
+  ASSERT_TRUE(run_until([&] { return spawner_.questions(0).empty(); }));
+  spawner_.write_control(0, a0.substr(10));
+  advance(1s);
+  EXPECT_FALSE(got);  // worker 1 has not answered
+  advance(1s);
+  ASSERT_TRUE(run_until([&] { return got.has_value(); }));
+  ASSERT_EQ(got->size(), 4u);
+  EXPECT_EQ((*got)[0].answer, a0.substr(0, a0.size() - 1));
+  EXPECT_EQ((*got)[0].pid, spawner_.proc(0).pid);
+  EXPECT_FALSE((*got)[1].answer);
+  EXPECT_NE((*got)[1].no_answer.find("no answer in time"), std::string::npos);
+  EXPECT_NE((*got)[2].no_answer.find("does not answer hang probes"), std::string::npos);
+  EXPECT_NE((*got)[3].no_answer.find("does not answer hang probes"), std::string::npos);
+  EXPECT_TRUE((*got)[3].running);
+}
+
+TEST_F(WorkerGroupTest, AProbeEndsAsSoonAsEveryAskedWorkerAnsweredOrExited) {
+  start(spec(2));
+  hello(0, true);
+  hello(1, true);
+  std::optional<std::vector<ProbeReply>> got;
+  group_->probe(1, 10s, [&](std::vector<ProbeReply> r) { got = std::move(r); });
+  spawner_.write_control(0, answer(0, 1));
+  spawner_.exit_with(1, 3);
+  ASSERT_TRUE(run_until([&] { return got.has_value(); }));  // long before the deadline
+  EXPECT_TRUE((*got)[0].answer);
+  EXPECT_EQ((*got)[1].no_answer, "it had exited");
+  EXPECT_FALSE((*got)[1].running);
+  // Nobody to ask: the answer comes at once.
+  std::optional<std::vector<ProbeReply>> none;
+  spawner_.exit_with(0, 0);
+  ASSERT_TRUE(run_until([&] { return !group_->any_running(); }));
+  group_->probe(2, 10s, [&](std::vector<ProbeReply> r) { none = std::move(r); });
+  ASSERT_TRUE(run_until([&] { return none.has_value(); }));
+  EXPECT_EQ(none->size(), 2u);
+}
+
+TEST_F(WorkerGroupTest, AnOverlongOrMalformedAnswerIsDroppedAndTheNextOneCounts) {
+  start(spec(1));
+  hello(0, true);
+  std::optional<std::vector<ProbeReply>> got;
+  group_->probe(3, 10s, [&](std::vector<ProbeReply> r) { got = std::move(r); });
+  spawner_.write_control(0, "not json\n");
+  const std::string big = "{\"id\": 3, \"x\": \"" + std::string(hang_probe::kMaxAnswerBytes, 'x');
+  // Written from a thread: the socket holds far less than the line.
+  std::thread writer([&] { spawner_.write_control(0, big + "\"}\n" + answer(0, 3)); });
+  ASSERT_TRUE(run_until([&] { return got.has_value(); }));
+  writer.join();
+  ASSERT_TRUE((*got)[0].answer);
+  EXPECT_EQ(hang_probe::parse_answer(*(*got)[0].answer).threads[0].frames[0].line, 7);
+}
+
+TEST_F(WorkerGroupTest, AHungWorkerWithoutAnswerIsAskedForItsStackAndNamedWithItsReason) {
+  start(spec(1));
+  hello(0, true);
+  spawner_.write_stderr(0, "Current thread 0x1 (most recent call first):\n  File \"x.py\"\n");
+  group_->report_hung_with_stack(0, "hung: never entered all_reduce ...",
+                                 {"rank 5 (n2, pid 7): waits in all_reduce ..."});
+  ASSERT_TRUE(run_until([&] { return hangs_.contains(0); }));
+  EXPECT_EQ(spawner_.proc(0).signals, std::vector<int>{SIGABRT});
+  EXPECT_EQ(hangs_.at(0).reason,
+            "hung: never entered all_reduce ... (its stack, asked for with SIGABRT, below)");
+  EXPECT_EQ(hangs_.at(0).waiting,
+            std::vector<std::string>{"rank 5 (n2, pid 7): waits in all_reduce ..."});
+  EXPECT_NE(hangs_.at(0).traceback.find("x.py"), std::string::npos);
+}
+
+TEST_F(WorkerGroupTest, AnNcclWorkerIsAskedForItsFlightRecorderThroughPyTorchsPipeFirst) {
+  GroupSpec g = spec(1);
+  g.workers[0].nccl_pipe_stem = dir_ / "nccl_fr_pipe_";
+  g.workers[0].nccl_dump_prefix = dir_ / "nccl_fr_dump_";
+  // What ProcessGroupNCCL makes of TORCH_NCCL_DEBUG_INFO_PIPE_FILE: a FIFO it reads.
+  const fs::path pipe = dir_ / "nccl_fr_pipe_4.pipe";
+  ASSERT_EQ(::mkfifo(pipe.c_str(), 0600), 0);
+  const int reader = ::open(pipe.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  start(g);
+  hello(0, true);
+  group_->report_hung_with_stack(0, "hung: x", {});
+  char c = 0;
+  ASSERT_EQ(::read(reader, &c, 1), 1);  // asked for the dump
+  ::close(reader);
+  advance(1s);
+  EXPECT_TRUE(spawner_.proc(0).signals.empty());  // the stack request waits for the dump
+  std::ofstream(dir_ / "nccl_fr_dump_4") << "pickled entries";
+  advance(100ms);
+  ASSERT_TRUE(run_until([&] { return hangs_.contains(0); }));
+  EXPECT_EQ(spawner_.proc(0).signals, std::vector<int>{SIGABRT});
+  EXPECT_NE(hangs_.at(0).reason.find("its NCCL Flight Recorder dump (torchfrtrace reads it): " +
+                                     (dir_ / "nccl_fr_dump_4").string()),
+            std::string::npos)
+      << hangs_.at(0).reason;
 }
 
 TEST_F(WorkerGroupTest, AnExpiredFileTimerSignalsItsWorkerAndNamesItInTheFailure) {

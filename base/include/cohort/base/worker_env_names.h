@@ -34,10 +34,18 @@ inline constexpr const char* kSignalsToHandle = "TORCHELASTIC_SIGNALS_TO_HANDLE"
 inline constexpr const char* kEnableFileTimer = "TORCHELASTIC_ENABLE_FILE_TIMER";
 inline constexpr const char* kTorchNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+// PyTorch's NCCL dump pipe and dump file: a write to <pipe stem><rank>.pipe makes the rank dump
+// its Flight Recorder to <dump prefix><rank>. cohortrun points both into the worker's log folder
+// unless the worker's environment names them (docs/HANGS.md).
+inline constexpr const char* kTorchNcclDebugInfoPipeFile = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE";
+inline constexpr const char* kTorchNcclDebugInfoTempFile = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
 
 // ---- cohortrun's own ----------------------------------------------------------------------------
 // The write end of the worker's heartbeat pipe (cohort/base/heartbeat_line.h).
 inline constexpr const char* kHeartbeatFd = "COHORT_HEARTBEAT_FD";
+// One end of a socket pair: cohortrun asks the worker about a hang there, and the worker answers
+// (cohort/base/hang_probe.h).
+inline constexpr const char* kControlFd = "COHORT_CONTROL_FD";
 // Set by the process that took the worker's descriptors (cohortrun's Python worker module,
 // python/_cohort_worker): its pid. A process that finds another pid there (a DataLoader worker
 // forked from the worker, a subprocess it started) leaves the descriptors alone.
@@ -73,7 +81,9 @@ inline constexpr const char* kForkPreload = "COHORT_FORK_PRELOAD";
 inline bool varies_by_attempt(std::string_view name) {
   for (const char* v :
        {kRank, kWorldSize, kLocalWorldSize, kGroupRank, kGroupWorldSize, kRoleRank, kRoleWorldSize,
-        kMasterAddr, kMasterPort, kRestartCount, kRunId, kErrorFile})
+        kMasterAddr, kMasterPort, kRestartCount, kRunId, kErrorFile,
+        // In the attempt's log folder; read when an NCCL process group is made, after the fork.
+        kTorchNcclDebugInfoPipeFile, kTorchNcclDebugInfoTempFile})
     if (name == v) return true;
   return name.starts_with("COHORT_");
 }

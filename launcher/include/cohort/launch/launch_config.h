@@ -86,6 +86,10 @@ struct LaunchConfig {
   // --term-timeout / --shutdown-timeout (TORCH_ELASTIC_SHUTDOWN_TIMEOUT): stop signal -> SIGKILL.
   std::chrono::milliseconds term_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds worker_hang_timeout{0};  // 0: off
+  // A hang of workers that answer hang probes (cohortrun's Python worker module, libcohort) is
+  // named this long after it began (log, cohortctl status), without stopping the job; 0: off.
+  // With --worker-hang-timeout, the job is also stopped once the hang has lasted that long.
+  std::chrono::milliseconds hang_report_after{std::chrono::seconds(300)};
   // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT (torchrun 2.x): a worker in uninterruptible sleep
   // (D state) this long ends the job without a restart (0: off).
   std::chrono::milliseconds uninterruptible_state_timeout{0};
