@@ -192,6 +192,51 @@ TEST_F(HangTest, ASlowRankIsAStragglerNotAHang) {
   EXPECT_NE(h.r.err.find("straggler: rank 1 on "), std::string::npos) << h.r.err;
 }
 
+TEST_F(HangTest, OnTwoNodesTheCulpritOnTheOtherNodeIsNamedFromRecordsInTheStore) {
+  COHORT_REQUIRE_TORCH();
+  // Two cohortrun agents, two ranks each; rank 3 (node 1) stalls while ranks 0-2 wait in the
+  // allreduce. Each node asks its own workers and publishes their answers in the store; the
+  // summary of node 0, which has no culprit of its own, names rank 3 with its stack.
+  const std::string port = std::to_string(free_port());
+  const std::string mark = dir_ + "/mark";
+  auto node = [&](int rank) {
+    return cohortrun({"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node",
+                      "2", "--master-addr", "127.0.0.1", "--master-port", port,
+                      "--worker-hang-timeout", "3"},
+                     {COHORT_SOURCE_DIR "/tests/interop/hang_scenarios.py"});
+  };
+  const std::vector<std::string> env{"PYTHON_EXEC=" + torch_python(), "HANG_SCENARIO=stall",
+                                     "HANG_RANK=3", "HANG_MARK=" + mark};
+  Subprocess n0(node(0), env), n1(node(1), env);
+  n0.close_stdin();
+  n1.close_stdin();
+  const auto s0 = n0.wait(180s), s1 = n1.wait(180s);
+  const std::string err0 = n0.read_all_stderr(2s), err1 = n1.read_all_stderr(2s);
+  ASSERT_TRUE(s0 && s1) << err0 << err1;
+  EXPECT_EQ(WEXITSTATUS(*s0), 1) << err0;
+  EXPECT_EQ(WEXITSTATUS(*s1), 1) << err1;
+  for (const std::string* err : {&err0, &err1}) {
+    const auto root = err->find("Root Cause");
+    ASSERT_NE(root, std::string::npos) << *err;
+    const std::string summary = err->substr(root);
+    EXPECT_NE(summary.find("rank      : 3 (local_rank: 1)"), std::string::npos) << summary;
+    EXPECT_NE(summary.find("reason    : hung: never entered "), std::string::npos) << summary;
+    EXPECT_NE(summary.find("in stuck_in_data_loading\n      time.sleep(stall_s)"),
+              std::string::npos)
+        << summary;
+    // The three others wait, one line each; none of them is a failure.
+    EXPECT_EQ(count_of(summary, ": waits in "), 3u) << summary;
+    EXPECT_NE(err->find("<NO_OTHER_FAILURES>"), std::string::npos) << *err;
+  }
+  std::ifstream f(mark);
+  double marked = 0;
+  ASSERT_TRUE(f >> marked);
+  std::optional<double> hung = logged_at(err0, "the job is hung");
+  if (!hung) hung = logged_at(err1, "the job is hung");
+  ASSERT_TRUE(hung.has_value()) << err0 << err1;
+  EXPECT_LT(*hung - marked, 3 + 5) << err0 << err1;
+}
+
 TEST_F(HangTest, CohortctlStatusShowsTheCulpritWhileTheJobIsStillHung) {
   COHORT_REQUIRE_TORCH();
   // Reported, not stopped (--hang-report-after alone): the job stays hung until the test ends it.

@@ -5,7 +5,11 @@ under 1 % of a 10 ms step). Prints a table and one JSON line.
   1. hook cost: the CPU time per optimizer step the module's hooks add (hook_cost.py: one
      process, a tiny step, hooks on and off in alternating blocks, the least disturbed block of
      each), per PyTorch generation;
-  2. steps per second of an unchanged 2-rank DDP (gloo) script (step_worker.py, about 10 ms a
+  2. flight recorder cost: the CPU time one collective gains from PyTorch's Flight Recorder, which
+     the module turns on for 2.x workers (fr_cost.py: one gloo rank, runs with
+     TORCH_FR_BUFFER_SIZE=200 and =0 alternating, the least disturbed of each); a DDP step of
+     step_worker.py's model issues one gradient allreduce (one bucket);
+  3. steps per second of an unchanged 2-rank DDP (gloo) script (step_worker.py, about 10 ms a
      step) under cohortrun with the module (its default), cohortrun --no-cohort-module and
      torchrun (no module), alternating runs; the ratios to torchrun's.
 
@@ -58,6 +62,18 @@ def main():
         if not os.path.exists(python):
             continue
         hook = run_json([python, os.path.join(HERE, "hook_cost.py")], dict(os.environ))
+        fr_cost_us = None
+        if not hook["torch"].startswith("1."):  # 1.13 has no Flight Recorder
+            on, off = [], []
+            for _ in range(args.reps):
+                for size, into in (("200", on), ("0", off)):
+                    r = run_json([python, os.path.join(HERE, "fr_cost.py")],
+                                 dict(os.environ, TORCH_FR_BUFFER_SIZE=size))
+                    if (r["fr_entries"] > 0) != (size != "0"):
+                        raise SystemExit("fr_cost.py: the Flight Recorder was %s with %s entries"
+                                         % ("on" if r["fr_entries"] else "off", size))
+                    into.append(r["collective_s"])
+            fr_cost_us = 1e6 * (min(on) - min(off))
         env = dict(os.environ, PYTHON_EXEC=python, OMP_NUM_THREADS="1", STEPS=str(args.steps))
         kinds = ["cohortrun", "cohortrun --no-cohort-module", "torchrun"]
         sps = {k: [] for k in kinds}
@@ -69,20 +85,24 @@ def main():
                                                                 else "not loaded"))
                 sps[k].append(r["steps_per_s"])
         med = {k: statistics.median(v) for k, v in sps.items()}
+        per_step_us = hook["cost_us"] + (fr_cost_us or 0.0)
         result[gen] = {"torch": hook["torch"], "hook_cost_us": hook["cost_us"],
                        "hook_cost_of_10ms_step_pct": hook["cost_us"] / 100.0,
+                       "flight_recorder_cost_us_per_collective": fr_cost_us,
+                       "module_cost_of_10ms_step_pct": per_step_us / 100.0,
                        "steps_per_s": med,
                        "ratio_to_torchrun": {k: med[k] / med["torchrun"] for k in kinds}}
-        rows.append((gen, hook, med))
-    print("%-6s %-14s %-12s | %-30s %8s %8s" % ("torch", "hook cost/step", "of 10 ms", "launcher",
-                                                  "steps/s", "ratio"))
-    for gen, hook, med in rows:
+        rows.append((gen, hook, fr_cost_us, med))
+    print("%-6s %-14s %-16s %-12s | %-30s %8s %8s" % (
+        "torch", "hook cost/step", "recorder/coll.", "of 10 ms", "launcher", "steps/s", "ratio"))
+    for gen, hook, fr_us, med in rows:
         first = True
         for k, v in med.items():
-            print("%-6s %-14s %-12s | %-30s %8.1f %8.3f" % (
+            cost = hook["cost_us"] + (fr_us or 0.0)
+            print("%-6s %-14s %-16s %-12s | %-30s %8.1f %8.3f" % (
                 gen if first else "", ("%.2f us" % hook["cost_us"]) if first else "",
-                ("%.3f %%" % (hook["cost_us"] / 100.0)) if first else "", k, v,
-                v / med["torchrun"]))
+                ("-" if fr_us is None else "%.2f us" % fr_us) if first else "",
+                ("%.3f %%" % (cost / 100.0)) if first else "", k, v, v / med["torchrun"]))
             first = False
     print(json.dumps({"bench": "worker_module", **result}))
 
