@@ -409,12 +409,18 @@ HangReport analyse_hang(const std::vector<RankProbe>& ranks, double hang_timeout
   }
 
   if (culprits.empty()) {
-    // A rank that stopped on its own while others still beat: silent, inside no collective.
+    // A rank that stopped on its own while others still beat: silent, inside no collective. Not
+    // one that others have begun to wait for in a collective: that wait names it once it reaches
+    // the timeout, with the collective (the others beat until they entered it, and so look as if
+    // they progressed).
+    std::set<int> awaited;
+    for (const auto& f : findings)
+      for (const auto& [r, why] : f.culprits) awaited.insert(r);
     std::vector<int> progressing, stalled;
     for (const auto& r : ranks) {
       if (r.silent_s < hang_timeout_s) {
         progressing.push_back(r.rank);
-      } else if (r.beaten && !waiting_ranks.count(r.rank)) {
+      } else if (r.beaten && !waiting_ranks.count(r.rank) && !awaited.count(r.rank)) {
         bool inside = false;
         if (r.answer) {
           for (const auto& c : r.answer->collectives) inside = inside || !c.done;

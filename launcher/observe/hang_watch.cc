@@ -289,7 +289,10 @@ void HangWatch::act(const HangReport& report, const std::vector<RankProbe>& rank
       group_ && culprit.node_rank == assignment_.node_rank &&
       static_cast<size_t>(culprit.local_rank) < group_->readings().size() &&
       group_->readings()[static_cast<size_t>(culprit.local_rank)].running;
-  if (local_and_running && !culprit.answer && events_.hung_without_stack) {
+  // No stack from its answer (it did not answer, or it is libcohort, whose answers carry none):
+  // asked for one with SIGABRT (faulthandler, libcohort's fatal-signal handler), as only it is.
+  const bool has_stack = culprit.answer && !culprit.answer->threads.empty();
+  if (local_and_running && !has_stack && events_.hung_without_stack) {
     events_.hung_without_stack(culprit.local_rank, c.reason, report.waiting);
     return;
   }
@@ -301,7 +304,9 @@ void HangWatch::act(const HangReport& report, const std::vector<RankProbe>& rank
   site.pid = culprit.pid;
   // The hang began before anything its stop causes: it is the root cause.
   WorkerFailure f = make_failure(site, -SIGKILL, c.reason, wall_clock_now() - report.hung_for_s);
-  f.traceback = c.stack.empty() ? "<no stack: " + culprit.no_answer + ">" : c.stack;
+  f.traceback = !c.stack.empty()             ? c.stack
+                : !culprit.no_answer.empty() ? "<no stack: " + culprit.no_answer + ">"
+                                             : "<no stack: its answer carries none>";
   while (!f.traceback.empty() && f.traceback.back() == '\n') f.traceback.pop_back();
   f.gpu = culprit.gpu;
   f.waiting = report.waiting;

@@ -12,8 +12,8 @@
 // The verdict decides what happens next:
 //   - hung, for at least `stop_after`: the `hung` event with the culprit's failure (its host, its
 //     stack to the line, its GPU's condition, the waiting ranks in one line each); a culprit of
-//     this node that did not answer is asked for its stack the old way (`hung_without_stack`:
-//     SIGABRT, Python's faulthandler needs no GIL);
+//     this node that did not answer, or whose answer has no stack (libcohort), is asked for its
+//     stack the old way (`hung_without_stack`: SIGABRT; Python's faulthandler needs no GIL);
 //   - hung, but only `report_after` (stop_after 0 or not reached): the report and one log line;
 //   - a collective waited on for less than the timeout: a new probe when it would reach it;
 //   - quiet (no rank inside a collective: an evaluation, a checkpoint), or progressing: another

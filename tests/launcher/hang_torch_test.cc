@@ -149,6 +149,27 @@ TEST_F(HangTest, OfFourRanksTheOneBlockedInANativeCallIsNamedAndTheOthersWait) {
   EXPECT_LT(*h.lag, 3 + 5) << h.r.err;
 }
 
+TEST_F(HangTest, ARankHoldingTheGilInNativeCodeIsNamedAndOnlyItIsAskedForItsStack) {
+  COHORT_REQUIRE_TORCH();
+  // Rank 1 sleeps in libc holding the GIL: its helper thread cannot answer. It is named as the
+  // rank that did not answer while rank 0 waited, and only it gets SIGABRT (faulthandler prints
+  // its stack); rank 0, which only waited, is stopped as the rest of the group is.
+  HangRun h = scenario("native_gil", 2, {"--worker-hang-timeout", "3"});
+  ASSERT_EQ(h.r.exit_code(), 1) << h.r.err;
+  EXPECT_NE(h.summary.find("rank      : 1 (local_rank: 1)"), std::string::npos) << h.summary;
+  EXPECT_NE(h.summary.find("reason    : hung: no answer in time"), std::string::npos) << h.summary;
+  EXPECT_NE(h.summary.find("(its stack, asked for with SIGABRT, below)"), std::string::npos)
+      << h.summary;
+  EXPECT_NE(h.summary.find("blocked_in_native_code"), std::string::npos) << h.summary;
+  EXPECT_NE(h.summary.find("waiting   : rank 0 ("), std::string::npos) << h.summary;
+  EXPECT_NE(h.r.err.find("<NO_OTHER_FAILURES>"), std::string::npos) << h.r.err;
+  // One faulthandler dump as the workers' output went by (rank 1's), and its copy in the summary.
+  EXPECT_EQ(count_of(h.r.err, "Fatal Python error: Aborted"), 2u) << h.r.err;
+  EXPECT_EQ(count_of(h.summary, "Fatal Python error: Aborted"), 1u) << h.summary;
+  ASSERT_TRUE(h.lag.has_value()) << h.r.err;
+  EXPECT_LT(*h.lag, 3 + 5) << h.r.err;
+}
+
 TEST_F(HangTest, ADesynchronisedCollectiveIsNamedAsSuch) {
   COHORT_REQUIRE_TORCH();
   HangRun h = scenario("desync", 2, {"--worker-hang-timeout", "3"});
@@ -200,10 +221,10 @@ TEST_F(HangTest, OnTwoNodesTheCulpritOnTheOtherNodeIsNamedFromRecordsInTheStore)
   const std::string port = std::to_string(free_port());
   const std::string mark = dir_ + "/mark";
   auto node = [&](int rank) {
-    return cohortrun({"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node",
-                      "2", "--master-addr", "127.0.0.1", "--master-port", port,
-                      "--worker-hang-timeout", "3"},
-                     {COHORT_SOURCE_DIR "/tests/interop/hang_scenarios.py"});
+    return cohortrun(
+        {"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", "2",
+         "--master-addr", "127.0.0.1", "--master-port", port, "--worker-hang-timeout", "3"},
+        {COHORT_SOURCE_DIR "/tests/interop/hang_scenarios.py"});
   };
   const std::vector<std::string> env{"PYTHON_EXEC=" + torch_python(), "HANG_SCENARIO=stall",
                                      "HANG_RANK=3", "HANG_MARK=" + mark};

@@ -291,5 +291,35 @@ TEST(HangAnalysis, LibcohortGroupsAreNamedAndNumbered) {
             "that rank 0 has waited in for 6.0 s; its last was collective 6");
 }
 
+TEST(HangAnalysis, ARankOthersBeganToWaitForIsNamedByTheCollectiveNotByItsSilence) {
+  // libcohort beats as it enters a collective: rank 1 stopped 2.5 s ago between collectives 6 and
+  // 7, rank 0 entered collective 7 (and beat) 1.5 s ago. Rank 1 is not "silent while rank 0
+  // beats": the wait names it, once it reaches the 2 s timeout.
+  auto lib = [](int pid, int64_t issued, double waiting_s) {
+    ProbeAnswer a;
+    a.pid = pid;
+    a.time = kNow;
+    a.groups.push_back({"cohort/0", "cohort-cpu", {0, 1}, issued});
+    if (waiting_s > 0) {
+      CollectiveEntry e;
+      e.group = "cohort/0";
+      e.seq = issued;
+      e.op = "allreduce";
+      e.since = kNow - waiting_s;
+      a.collectives.push_back(e);
+    }
+    return a;
+  };
+  HangReport r = analyse_hang({rank(0, lib(100, 7, 1.5), 1.5), rank(1, lib(101, 6, 0), 2.5)}, 2);
+  EXPECT_EQ(r.verdict, HangReport::Verdict::kWaiting) << r.summary;
+  ASSERT_TRUE(r.recheck_s.has_value());
+  EXPECT_NEAR(*r.recheck_s, 0.5, 1e-9);
+  r = analyse_hang({rank(0, lib(100, 7, 2.1), 2.1), rank(1, lib(101, 6, 0), 3.1)}, 2);
+  ASSERT_EQ(r.verdict, HangReport::Verdict::kHung);
+  EXPECT_EQ(r.culprits[0].rank, 1);
+  EXPECT_NE(r.culprits[0].reason.find("hung: never entered allreduce"), std::string::npos)
+      << r.culprits[0].reason;
+}
+
 }  // namespace
 }  // namespace cohort::launch
