@@ -32,8 +32,8 @@ GENERATIONS = {"1.13": "/usr/bin/python3",
 def run_json(cmd, env):
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     for line in reversed(p.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
+        if "{" in line:  # torchrun -t prefixes it with the rank's name
+            return json.loads(line[line.index("{"):])
     raise SystemExit("%s failed (exit %d): %s" % (" ".join(cmd), p.returncode, p.stderr[-2000:]))
 
 
@@ -43,8 +43,10 @@ def launcher(kind, cohortrun, python):
         torchrun = os.path.join(os.path.dirname(python), "torchrun")
         if not os.path.exists(torchrun):
             torchrun = "/usr/bin/torchrun"
+        # torchrun 1.13 on Python 3.11 needs explicit redirects and tee, other than 0
+        # (docs/TORCHRUN.md §3.1): stdout to a file and copied to the console, as "[default0]:...".
         return [torchrun, "--nproc_per_node", "2", "--rdzv_backend", "c10d",
-                "--rdzv_endpoint", "127.0.0.1:0", "--standalone", script]
+                "--rdzv_endpoint", "127.0.0.1:0", "--standalone", "-r", "1", "-t", "1", script]
     flags = ["--no-cohort-module"] if kind == "cohortrun --no-cohort-module" else []
     return [cohortrun, "--nproc-per-node", "2", *flags, script]
 
