@@ -429,17 +429,24 @@ HangReport analyse_hang(const std::vector<RankProbe>& ranks, double hang_timeout
         if (!inside) stalled.push_back(r.rank);
       }
     }
-    if (!progressing.empty()) {
-      for (int r : stalled) {
-        const RankProbe& p = *by_rank.at(r);
-        report.hung_for_s = std::max(report.hung_for_s, p.silent_s);
-        culprits.emplace(
-            r, "hung: no heartbeat for " + seconds(p.silent_s) + " while " +
-                   ranks_phrase(progressing) + " still beat, and inside no collective" +
-                   (p.answer
-                        ? ""
+    // A process with neither PyTorch nor libcohort's groups (a script that beats by hand) has no
+    // collective to tell a quiet phase from a hang: its beats judge it alone, as they always did.
+    auto judged_by_beats = [](const RankProbe& p) {
+      return p.answer && !p.answer->torch && p.answer->groups.empty();
+    };
+    for (int r : stalled) {
+      const RankProbe& p = *by_rank.at(r);
+      if (progressing.empty() && !judged_by_beats(p)) continue;
+      report.hung_for_s = std::max(report.hung_for_s, p.silent_s);
+      const std::string why =
+          progressing.empty()
+              ? ", and it uses no collective that could tell a quiet phase from a hang"
+              : " while " + ranks_phrase(progressing) + " still beat, and inside no collective";
+      culprits.emplace(
+          r,
+          "hung: no heartbeat for " + seconds(p.silent_s) + why +
+              (p.answer ? ""
                         : " (" + (p.no_answer.empty() ? "it did not answer" : p.no_answer) + ")"));
-      }
     }
   }
 

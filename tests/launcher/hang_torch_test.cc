@@ -1,6 +1,7 @@
-// A hung PyTorch worker, found by the heartbeats cohortrun's worker module gives an unchanged
-// script, and its Python stack in the failure summary; a worker whose elastic file timer expires,
-// killed as torchrun 2.x kills it (real PyTorch, each generation).
+// Hangs of unchanged scripts under cohortrun (real PyTorch, each generation): the culprit named
+// from every rank's answers to a hang probe (HangTest: tests/interop/hang_scenarios.py, one node
+// and two), a script without torch judged by its beats, and a worker whose elastic file timer
+// expires, killed as torchrun 2.x kills it.
 #include <gtest/gtest.h>
 
 #include <ctime>
@@ -34,6 +35,24 @@ TEST_F(LauncherTest, AHungPyTorchWorkerIsFoundWithItsStack) {
   EXPECT_NE(summary.find("in stuck_waiting_for_data"), std::string::npos) << summary;
   // Found within the timeout and a beat, after PyTorch's start-up (not after its 600 s sleep).
   EXPECT_LT(took, 60s);
+}
+
+TEST_F(LauncherTest, AScriptWithoutTorchThatBeatsAndStallsIsHungAsBefore) {
+  // One rank, no torch: no collective to tell a quiet phase from a hang, so its beats judge it.
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run(cohortrun({"--nproc-per-node", "1", "--worker-hang-timeout", "2"},
+                         {COHORT_SOURCE_DIR "/tests/interop/beat_then_stall.py"}),
+               {}, 60s);
+  ASSERT_EQ(r.exit_code(), 1) << r.err;
+  const auto root = r.err.find("Root Cause");
+  ASSERT_NE(root, std::string::npos) << r.err;
+  const std::string summary = r.err.substr(root);
+  EXPECT_NE(summary.find("reason    : hung: no heartbeat for"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("it uses no collective that could tell a quiet phase from a hang"),
+            std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("in stuck_without_torch"), std::string::npos) << summary;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);  // not its 600 s sleep
 }
 
 TEST_F(LauncherTest, WithoutTheCohortModuleAnUnchangedScriptNeverBeats) {

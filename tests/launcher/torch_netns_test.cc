@@ -2,6 +2,7 @@
 // generation: four network namespaces (scripts/cluster/netns_up.sh, prefix "ctn", 10.79.0.0/24,
 // with the root-namespace guard route), nodes 1-3 for agents, node 4 for the store.
 //   - static, 2 nodes: the DDP feature script (no_sync, all_gather_object, monitored_barrier...);
+//   - static, 2 nodes: a rank that stalls while the other waits, named on both hosts (hangs);
 //   - c10d-elastic, 3 nodes through a cohortd on node 4: a node is killed mid-run (the survivors
 //     restart as 2 nodes), then comes back (the next round has all 3 again), and every agent ends
 //     0.
@@ -94,6 +95,30 @@ TEST_F(TorchNetnsTest, TwoStaticNodesRunTheDdpFeatureScript) {
     out += p->read_all_stdout(1s);
   }
   EXPECT_EQ(count_of(out, ": ddp ok"), 2u) << out;
+}
+
+TEST_F(TorchNetnsTest, AHangIsNamedOnEveryHostWithTheCulpritOfTheOtherHost) {
+  // Rank 1 (host 2) stalls in Python while rank 0 (host 1) waits in the allreduce: each agent asks
+  // its own worker, the answers meet in the store, and both summaries name rank 1 with its line.
+  std::vector<Subprocess*> a;
+  for (int node : {1, 2}) {
+    a.push_back(agent(node,
+                      {"--nnodes", "2", "--node-rank", std::to_string(node - 1), "--master-addr",
+                       "10.79.0.1", "--master-port", "29511", "--worker-hang-timeout", "3"},
+                      kInterop + "hang_scenarios.py", {"HANG_SCENARIO=stall"}));
+  }
+  for (auto* p : a) {
+    EXPECT_EQ(finish(p), 1);
+    const std::string err = p->read_all_stderr(1s);
+    const auto root = err.find("Root Cause");
+    ASSERT_NE(root, std::string::npos) << err;
+    const std::string summary = err.substr(root);
+    EXPECT_NE(summary.find("rank      : 1 (local_rank: 0)"), std::string::npos) << summary;
+    EXPECT_NE(summary.find("reason    : hung: never entered "), std::string::npos) << summary;
+    EXPECT_NE(summary.find("in stuck_in_data_loading"), std::string::npos) << summary;
+    EXPECT_NE(summary.find("waiting   : rank 0 ("), std::string::npos) << summary;
+    EXPECT_NE(err.find("<NO_OTHER_FAILURES>"), std::string::npos) << err;
+  }
 }
 
 TEST_F(TorchNetnsTest, AnElasticJobSurvivesANodeLossAndTakesTheNodeBack) {

@@ -234,6 +234,23 @@ TEST(HangAnalysis, ARankThatStoppedWhileTheOthersBeatIsHungAndOneThatNeverBeatIs
             HangReport::Verdict::kQuiet);
 }
 
+TEST(HangAnalysis, AScriptWithoutTorchIsJudgedByItsBeatsAloneAsBefore) {
+  // One rank, no PyTorch imported, no groups: silent for the timeout after beating is a hang, as
+  // it was before hang probes. The same rank with PyTorch and no collective under way is quiet (an
+  // evaluation).
+  ProbeAnswer plain = answer(100, "job.py", 7, "wait_for_file");
+  plain.torch.reset();
+  HangReport r = analyse_hang({rank(0, plain, 4)}, 3);
+  ASSERT_EQ(r.verdict, HangReport::Verdict::kHung) << r.summary;
+  EXPECT_EQ(r.culprits[0].reason,
+            "hung: no heartbeat for 4.0 s, and it uses no collective that could tell a quiet "
+            "phase from a hang");
+  EXPECT_EQ(analyse_hang({rank(0, answer(100, "train.py", 7, "evaluate"), 4)}, 3).verdict,
+            HangReport::Verdict::kQuiet);
+  // Never beaten: never judged by beats.
+  EXPECT_EQ(analyse_hang({rank(0, plain, 4, false)}, 3).verdict, HangReport::Verdict::kQuiet);
+}
+
 TEST(HangAnalysis, AWaitForARankThatWaitsItselfLeadsToTheRankThatWaitsForNobody) {
   // Group "a" = {0, 1}: rank 0 waits in collective 5, rank 1 issued 4. Rank 1 waits in group
   // "b" = {1, 2} for rank 2, which never entered it: rank 2 is the culprit, not rank 1.
