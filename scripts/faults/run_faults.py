@@ -889,6 +889,43 @@ def torch_hang(ctx):
                "summary (the frame it hung in), within the timeout plus its stack's grace")
 
 
+def torch_culprit(ctx, hang_scenario, nproc, expect):
+    """An unchanged gloo DDP script (tests/interop/hang_scenarios.py) under --worker-hang-timeout 3:
+    the summary's root cause is the rank named by every rank's answers to the hang probe."""
+    mark = os.path.join(ctx.dir, "hang")
+    p, _ = ctx.run([ctx.path("cohortrun"), "--nproc-per-node", str(nproc),
+                    "--worker-hang-timeout", "3", "--max-restarts", "0", "--term-timeout", "2",
+                    "--rdzv-id", ctx.tag, os.path.join(INTEROP, "hang_scenarios.py")], timeout=180,
+                   env=ctx.env(HANG_MARK=mark, HANG_SCENARIO=hang_scenario))
+    done = time.time()
+    hung_at = float(open(mark).read()) if os.path.exists(mark) else None
+    ok = (p.returncode == 1 and expect in p.stderr and "rank      : 1 (local_rank: 1)" in p.stderr
+          and "<NO_OTHER_FAILURES>" in p.stderr)
+    left = ctx.wait_clean()
+    return p, (done - hung_at if hung_at else None), ok, left
+
+
+@scenario("an unchanged DDP script: a rank stalls while the others wait in the allreduce", "worker")
+def torch_hang_culprit(ctx):
+    p, took, ok, left = torch_culprit(ctx, "stall", 4, "hung: never entered ")
+    ok = ok and "in stuck_in_data_loading" in p.stderr and p.stderr.count(": waits in ") == 3
+    return row(took, summary_line(p.stderr, "reason    : hung: never entered"),
+               "no (--max-restarts 0)", left, ok and left == "nothing",
+               "--worker-hang-timeout 3, no change to the script: every rank is asked for its "
+               "collectives and stacks; the root cause is the rank that never entered the "
+               "allreduce, with its line; the 3 others are listed as waiting, not as failures")
+
+
+@scenario("an unchanged DDP script: a rank calls all_gather where the others call all_reduce",
+          "worker")
+def torch_desync_culprit(ctx):
+    p, took, ok, left = torch_culprit(ctx, "desync", 2, "hung: desynchronised collective")
+    return row(took, summary_line(p.stderr, "reason    : hung: desynchronised"),
+               "no (--max-restarts 0)", left, ok and left == "nothing",
+               "--worker-hang-timeout 3: named as a desynchronised collective, with the call of "
+               "each side")
+
+
 @scenario("the master address cannot be reached", "input")
 def unreachable_master(ctx):
     if os.geteuid() != 0:
