@@ -29,12 +29,20 @@ int RoundStores::open(int round, const Claim& claim) {
   std::vector<std::unique_ptr<rdzv::StoreServerThread>> refused;
   for (int attempt = 0; attempt < kMaxTries; ++attempt) {
     auto server = host_store(listen_host_, 0, security_);
-    if (!claim(server->port())) {
+    bool used;
+    {
+      std::lock_guard lock(mu_);
+      used = used_ports_.count(server->port()) > 0;
+    }
+    // Checked here too, not only through `claim`: the job-wide claims live in the agents' store,
+    // and an elastic job whose store moved to a survivor (move_store) has lost them.
+    if (used || !claim(server->port())) {
       refused.push_back(std::move(server));
       continue;
     }
     const int port = server->port();
     std::lock_guard lock(mu_);
+    used_ports_.insert(port);
     stores_[round] = std::move(server);
     return port;
   }

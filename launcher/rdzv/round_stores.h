@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,8 @@ class RoundStores {
   // round used it.
   using Claim = std::function<bool(int port)>;
 
-  // Opens round `round`'s store (empty) on a free port that `claim` accepts and returns the port.
+  // Opens round `round`'s store (empty) on a free port that no earlier store of this object took
+  // and that `claim` accepts, and returns the port.
   // A port `claim` refuses stays bound until one is accepted, so that the kernel never hands it out
   // again meanwhile. Opening a round that is open returns its port. Throws cohort::IoError when no
   // port can be bound, or none is accepted in many tries; whatever `claim` throws passes through.
@@ -71,6 +73,7 @@ class RoundStores {
   const StoreSecurity security_;
   mutable std::mutex mu_;
   std::map<int, std::unique_ptr<rdzv::StoreServerThread>> stores_;  // guarded by mu_
+  std::set<int> used_ports_;  // every port a round's store of this node took; guarded by mu_
 };
 
 }  // namespace cohort::launch
