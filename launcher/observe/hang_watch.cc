@@ -127,8 +127,8 @@ void HangWatch::start_round(const RankAssignment& a, std::string host, WorkerGro
   host_ = std::move(host);
   group_ = group;
   rdzv_ = rdzv;
-  answered_ = 0;
-  probing_ = suspect_again_ = acted_ = false;
+  wanted_ = published_ = own_probe_ = 0;
+  asking_ = probing_ = suspect_again_ = acted_ = false;
   last_logged_.clear();
   status_.reset();
 }
@@ -139,13 +139,20 @@ void HangWatch::stop() {
   again_timer_->cancel();
   group_ = nullptr;
   rdzv_ = nullptr;
-  probing_ = polling_ = false;
+  asking_ = probing_ = polling_ = false;
 }
 
 void HangWatch::suspect() {
   if (!group_ || !rdzv_ || acted_) return;
   if (probing_) {
     suspect_again_ = true;
+    return;
+  }
+  // Another node's probe asked this node's workers moments ago: that node judges them (and looks
+  // again when a wait nears the timeout). Starting one here would only supersede it.
+  if (wanted_ > own_probe_ &&
+      clock_.now() - asked_at_ < options_.answer_deadline + options_.nodes_deadline) {
+    probe_again_in(options_.timeout());
     return;
   }
   start_probe();
@@ -165,6 +172,7 @@ void HangWatch::start_probe() {
       probe_again_in(options_.timeout());
       return;
     }
+    own_probe_ = id;
     answer(id);
     collect(id, clock_.now() + options_.nodes_deadline);
   });
@@ -177,16 +185,25 @@ void HangWatch::poll() {
                                                   std::exception_ptr err, int64_t latest) {
     if (alive.expired()) return;
     polling_ = false;
-    if (!err && latest > answered_) answer(latest);
+    if (!err && latest > wanted_) answer(latest);
   });
 }
 
 void HangWatch::answer(int64_t id) {
-  if (id <= answered_ || !group_) return;
-  answered_ = id;
-  group_->probe(id, options_.answer_deadline,
-                [this, id, alive = std::weak_ptr<int>(alive_)](std::vector<ProbeReply> replies) {
+  if (id <= wanted_ || !group_) return;
+  wanted_ = id;
+  asked_at_ = clock_.now();
+  // A question still out to the workers answers this probe too: its record is published under
+  // every probe id asked of this node meanwhile (several nodes may start probes at once).
+  if (!asking_) ask_workers();
+}
+
+void HangWatch::ask_workers() {
+  asking_ = true;
+  group_->probe(wanted_, options_.answer_deadline,
+                [this, alive = std::weak_ptr<int>(alive_)](std::vector<ProbeReply> replies) {
                   if (alive.expired() || !group_) return;
+                  asking_ = false;
                   const auto now = std::chrono::steady_clock::now();
                   const std::vector<WorkerReading> readings = group_->readings();
                   std::vector<RankProbe> workers;
@@ -208,10 +225,14 @@ void HangWatch::answer(int64_t id) {
                     workers.push_back(std::move(p));
                     answers.push_back(r.answer);
                   }
-                  rdzv_->publish_hang_answers(
-                      assignment_.round, id, assignment_.node_rank,
-                      encode_node_answers(assignment_.node_rank, host_, workers, answers),
-                      [](std::exception_ptr) {});
+                  const std::string record =
+                      encode_node_answers(assignment_.node_rank, host_, workers, answers);
+                  const int64_t from = std::max(published_ + 1, wanted_ - kMaxUnanswered + 1);
+                  for (int64_t id = from; id <= wanted_; ++id) {
+                    rdzv_->publish_hang_answers(assignment_.round, id, assignment_.node_rank,
+                                                record, [](std::exception_ptr) {});
+                  }
+                  published_ = wanted_;
                 });
 }
 
@@ -224,11 +245,29 @@ void HangWatch::collect(int64_t id, Clock::time_point deadline) {
         const bool all = !err && std::all_of(records.begin(), records.end(),
                                              [](const auto& r) { return r.has_value(); });
         if (all || clock_.now() >= deadline) {
-          judge(id, records);
+          supersede_or_judge(id, std::move(records));
           return;
         }
         collect_timer_->start(100ms, [this, id, deadline] { collect(id, deadline); });
       });
+}
+
+void HangWatch::supersede_or_judge(int64_t id, std::vector<std::optional<std::string>> records) {
+  // Nodes whose workers fall silent together (a data-parallel hang silences every rank) start a
+  // probe each; the last one started judges, with every node's answer (each node answers every
+  // probe asked of it), and the others leave it to that one.
+  rdzv_->latest_hang_probe(assignment_.round, [this, id, records = std::move(records),
+                                               alive = std::weak_ptr<int>(alive_)](
+                                                  std::exception_ptr err, int64_t latest) {
+    if (alive.expired()) return;
+    if (err || latest <= id) {
+      judge(id, records);
+      return;
+    }
+    probing_ = suspect_again_ = false;  // the later probe covers those silences too
+    log_->debug("hang probe {} left to probe {}, started since", id, latest);
+    probe_again_in(options_.timeout());
+  });
 }
 
 void HangWatch::judge(int64_t id, const std::vector<std::optional<std::string>>& records) {

@@ -18,7 +18,9 @@
 //   - a collective waited on for less than the timeout: a new probe when it would reach it;
 //   - quiet (no rank inside a collective: an evaluation, a checkpoint), or progressing: another
 //     look after the timeout, as long as a worker stays silent.
-// One probe at a time per node; a silence during a probe waits for it.
+// One probe at a time per node; a silence during a probe waits for it. Nodes whose workers fall
+// silent together start a probe each: every node answers every probe asked of it (one question
+// to its workers for all of them), and only the last probe started is judged.
 //
 // Thread safety: the loop's thread only.
 #pragma once
@@ -95,8 +97,13 @@ class HangWatch {
  private:
   void start_probe();
 
+  // Asks this node's workers (once for any number of probe ids asked meanwhile) and publishes
+  // their answers under probe `id` and every earlier one asked of this node and not yet answered.
   void answer(int64_t id);
+  void ask_workers();
   void collect(int64_t id, Clock::time_point deadline);
+  // Judges probe `id` unless a later probe was started since: that one's node judges.
+  void supersede_or_judge(int64_t id, std::vector<std::optional<std::string>> records);
   void judge(int64_t id, const std::vector<std::optional<std::string>>& records);
   void act(const HangReport& report, const std::vector<RankProbe>& ranks);
   void probe_again_in(std::chrono::milliseconds d);
@@ -112,8 +119,15 @@ class HangWatch {
   std::string host_;
   WorkerGroup* group_ = nullptr;
   JobRendezvous* rdzv_ = nullptr;
-  bool polling_ = false;        // a look at the probe counter is under way
-  int64_t answered_ = 0;        // the last probe id this node answered
+  bool polling_ = false;          // a look at the probe counter is under way
+  int64_t wanted_ = 0;            // the highest probe id asked of this node
+  int64_t published_ = 0;         // the highest probe id this node published answers for
+  int64_t own_probe_ = 0;         // the last probe this node started
+  Clock::time_point asked_at_{};  // when wanted_ was asked
+  bool asking_ = false;           // its workers are being asked
+  // Answers are published under at most this many probe ids at once (ids older than that have
+  // been judged without this node, or given up).
+  static constexpr int64_t kMaxUnanswered = 16;
   bool probing_ = false;        // this node's probe is in flight
   bool suspect_again_ = false;  // a silence came during it
   bool acted_ = false;          // the hung event went out: nothing more this round
