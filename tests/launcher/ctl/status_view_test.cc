@@ -196,6 +196,35 @@ TEST(StatusView, JsonEscapesEverythingPastAscii) {
   EXPECT_EQ(json::parse(text)["run_id"], j.run_id);
 }
 
+TEST(StatusView, AHangShowsTheCulpritWithItsStackAndTheWaitingRanks) {
+  JobStatus j = train();
+  EXPECT_FALSE(has(render_job_detail(j, kNow), "\nhang ")) << "no report, no section";
+  HangStatus h;
+  h.probe = 4;
+  h.at = kNow - 2;
+  h.report.verdict = HangReport::Verdict::kHung;
+  h.report.summary = "rank 3 (node1, pid 5003) never entered all_reduce";
+  h.report.culprits.push_back({3, "hung: never entered all_reduce ([520] Float)",
+                               "Thread MainThread (main), most recent call last:\n"
+                               "  File \"train.py\", line 9, in load\n"});
+  h.culprit_hosts.push_back("node1");
+  h.report.waiting.push_back("rank 2 (node1, pid 5002): waits in all_reduce, for 6.0 s");
+  j.hang = h;
+  const std::string text = render_job_detail(j, kNow);
+  EXPECT_TRUE(
+      has(text, "\nhang (probe 4, 2.0 s ago): hung: rank 3 (node1, pid 5003) never entered"))
+      << text;
+  EXPECT_TRUE(has(text, "  culprit rank 3 (node1): hung: never entered all_reduce ([520] Float)\n"))
+      << text;
+  EXPECT_TRUE(has(text, "      File \"train.py\", line 9, in load\n")) << text;
+  EXPECT_TRUE(has(text, "  rank 2 (node1, pid 5002): waits in all_reduce, for 6.0 s\n")) << text;
+  const json doc = json::parse(job_detail_json(j, kNow));
+  EXPECT_EQ(doc["hang"]["verdict"], "hung");
+  EXPECT_EQ(doc["hang"]["culprits"][0]["rank"], 3);
+  EXPECT_EQ(doc["hang"]["culprits"][0]["host"], "node1");
+  EXPECT_EQ(doc["hang"]["waiting"].size(), 1u);
+}
+
 TEST(StatusView, BytesAndAges) {
   EXPECT_EQ(format_bytes(-1), "-");
   EXPECT_EQ(format_bytes(0), "0 B");

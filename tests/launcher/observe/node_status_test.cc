@@ -49,5 +49,32 @@ TEST(NodeStatus, RoundTripsAndReadsRecordsWithFieldsItDoesNotKnow) {
   EXPECT_THROW(node_status_from_json("not json"), ProtocolError);
 }
 
+TEST(NodeStatus, CarriesTheLastHangReportAndRefusesAMalformedOne) {
+  NodeStatus s;
+  s.host = "n1";
+  HangStatus h;
+  h.probe = 7;
+  h.at = 1764790000.5;
+  h.report.verdict = HangReport::Verdict::kHung;
+  h.report.summary = "rank 1 (n1, pid 42) never entered all_reduce";
+  h.report.hung_for_s = 5.5;
+  h.report.culprits.push_back({1, "hung: never entered all_reduce", "Thread MainThread\n"});
+  h.culprit_hosts.push_back("n1");
+  h.report.waiting.push_back("rank 0 (n1, pid 41): waits in all_reduce, for 5.5 s");
+  s.hang = h;
+  NodeStatus r = node_status_from_json(to_json(s));
+  ASSERT_TRUE(r.hang.has_value());
+  EXPECT_EQ(r.hang->probe, 7);
+  EXPECT_EQ(r.hang->report.verdict, HangReport::Verdict::kHung);
+  EXPECT_DOUBLE_EQ(r.hang->report.hung_for_s, 5.5);
+  ASSERT_EQ(r.hang->report.culprits.size(), 1u);
+  EXPECT_EQ(r.hang->report.culprits[0].stack, "Thread MainThread\n");
+  EXPECT_EQ(r.hang->culprit_hosts, std::vector<std::string>{"n1"});
+  EXPECT_EQ(r.hang->report.waiting, h.report.waiting);
+  EXPECT_FALSE(node_status_from_json(to_json(NodeStatus{})).hang.has_value());
+  EXPECT_THROW(node_status_from_json(R"({"node_rank": 0, "hang": {"waiting": "x"}})"),
+               ProtocolError);
+}
+
 }  // namespace
 }  // namespace cohort::launch
