@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -362,8 +363,9 @@ void WorkerGroup::probe(int64_t id, std::chrono::milliseconds deadline,
     w->answer.reset();
     if (!w->running || !w->answers_probes()) continue;
     // A dozen bytes into an empty socket buffer: it never blocks, and a worker that does not read
-    // its questions fills it only after hundreds of them.
-    if (::write(w->control.native_handle(), question.data(), question.size()) !=
+    // its questions fills it only after hundreds of them. MSG_NOSIGNAL: a worker that closed its
+    // end is an error here, not a SIGPIPE.
+    if (::send(w->control.native_handle(), question.data(), question.size(), MSG_NOSIGNAL) !=
         static_cast<ssize_t>(question.size()))
       continue;
     w->asked = id;
