@@ -2,9 +2,11 @@
 DataLoader worker it forks shares with cohortrun. Each rank writes <OUT>/fds.<rank>.json:
   start:     "fd -> target" of the worker's descriptors above 2 before it opened one (torchrun's
              workers have none: subprocess.Popen closes the others);
-  heartbeat: COHORT_HEARTBEAT_FD, the one descriptor cohortrun means a worker to keep;
+  heartbeat: COHORT_HEARTBEAT_FD, and control: COHORT_CONTROL_FD (cohortrun's hang probes), the
+             two descriptors cohortrun means a worker to keep;
   shared:    what the DataLoader worker (a fork of the worker, as PyTorch's are) holds open that
-             cohortrun holds too: pipes and sockets by inode, beyond the worker's stdio and heartbeat.
+             cohortrun holds too: pipes and sockets by inode, beyond the worker's stdio, heartbeat
+             and control socket.
 Then a gloo allreduce, so that the job is a real one."""
 import json
 import os
@@ -26,6 +28,7 @@ def descriptors(pid="self"):
 start = {fd: t for fd, t in descriptors().items() if fd > 2 and not t.endswith("/fd")}
 agent = os.getppid()  # cohortrun spawns its workers itself
 heartbeat = int(os.environ.get("COHORT_HEARTBEAT_FD", "-1"))
+control = int(os.environ.get("COHORT_CONTROL_FD", "-1"))
 
 import torch  # noqa: E402  (after the listing: torch opens descriptors of its own)
 import torch.distributed as dist  # noqa: E402
@@ -40,8 +43,8 @@ class Probe(Dataset):
 
     def __getitem__(self, i):
         mine = descriptors()
-        # The worker's own stdio and heartbeat pipes are shared with cohortrun on purpose.
-        meant = {mine.get(fd) for fd in (0, 1, 2, heartbeat)}
+        # The worker's own stdio, heartbeat pipe and control socket are cohortrun's on purpose.
+        meant = {mine.get(fd) for fd in (0, 1, 2, heartbeat, control)}
         theirs = set(descriptors(agent).values())
         shared = sorted(f"{fd} -> {t}" for fd, t in mine.items()
                         if t in theirs and t not in meant and ("pipe:" in t or "socket:" in t))
@@ -58,6 +61,6 @@ dist.all_reduce(t)
 assert t[0].item() == dist.get_world_size(), t
 with open(os.path.join(os.environ["OUT"], f"fds.{rank}.json"), "w") as f:
     json.dump({"start": sorted(f"{fd} -> {t}" for fd, t in start.items()),
-               "heartbeat": heartbeat, "shared": shared, "agent": agent}, f)
+               "heartbeat": heartbeat, "control": control, "shared": shared, "agent": agent}, f)
 print(f"rank {rank}: {len(start)} inherited, {len(shared)} shared with cohortrun", flush=True)
 dist.destroy_process_group()

@@ -31,10 +31,17 @@ class NewcomerTest : public LauncherTest {
     for (int rank : {0, 1}) {
       auto d = descriptors(rank);
       ASSERT_FALSE(d.is_discarded()) << how << ": rank " << rank << " wrote nothing";
-      // Only the heartbeat pipe (torchrun's workers hold nothing above 2).
-      const std::string heartbeat = std::to_string(d["heartbeat"].get<int>()) + " -> ";
-      ASSERT_EQ(d["start"].size(), 1u) << how << ": " << d.dump();
-      EXPECT_EQ(d["start"][0].get<std::string>().rfind(heartbeat, 0), 0u) << d.dump();
+      // Only the heartbeat pipe and the control socket of hang probes (torchrun's workers hold
+      // nothing above 2).
+      const std::string heartbeat = std::to_string(d["heartbeat"].get<int>()) + " -> pipe:";
+      const std::string control = std::to_string(d["control"].get<int>()) + " -> socket:";
+      ASSERT_EQ(d["start"].size(), 2u) << how << ": " << d.dump();
+      int found = 0;
+      for (const auto& fd : d["start"]) {
+        const std::string what = fd.get<std::string>();
+        found += what.rfind(heartbeat, 0) == 0 || what.rfind(control, 0) == 0;
+      }
+      EXPECT_EQ(found, 2) << d.dump();
       EXPECT_TRUE(d["shared"].empty())
           << how << ": the DataLoader worker holds cohortrun's " << d["shared"].dump();
     }
