@@ -145,7 +145,8 @@ TEST_F(ForkServerTest, ForksAWorkerThatIsThisProcesssChildWithItsOwnStreams) {
     const int status = spawner_.reap(p->pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == exit_code)
         << status << read_all(p->stderr_fd);
-    for (int fd : {p->stdout_fd, p->stderr_fd, p->heartbeat_fd, p->pidfd}) ::close(fd);
+    for (int fd : {p->stdout_fd, p->stderr_fd, p->heartbeat_fd, p->control_fd, p->pidfd})
+      if (fd >= 0) ::close(fd);
   }
 }
 

@@ -48,7 +48,7 @@ SpawnRequest shell(const std::string& script) {
 }
 
 int finish(PosixSpawner& s, const SpawnedProcess& p) {
-  for (int fd : {p.stdout_fd, p.stderr_fd, p.pidfd})
+  for (int fd : {p.stdout_fd, p.stderr_fd, p.heartbeat_fd, p.control_fd, p.pidfd})
     if (fd >= 0) ::close(fd);
   return s.reap(p.pid);
 }
@@ -124,12 +124,11 @@ TEST(PosixSpawner, AWorkerInheritsNoOtherDescriptor) {
     if (fd > 2) above_stdio.push_back(fd);
   }
   ::kill(p.pid, SIGKILL);
-  ::close(p.heartbeat_fd);
   finish(s, p);
   ::close(leaky);
   ::close(kept);
-  // The heartbeat pipe and the descriptor the request names; never `leaky`.
-  EXPECT_EQ(above_stdio.size(), 2u);
+  // The heartbeat pipe, the control socket and the descriptor the request names; never `leaky`.
+  EXPECT_EQ(above_stdio.size(), 3u);
   EXPECT_EQ(std::count(above_stdio.begin(), above_stdio.end(), leaky), 0);
   EXPECT_EQ(std::count(above_stdio.begin(), above_stdio.end(), kept), 1);
 }
