@@ -105,7 +105,9 @@ TEST(UnderCohortrun, WorkerThatStopsBeatingIsDetectedAndTheGroupRestarts) {
   EXPECT_NE(r.out.find("is hung: never entered allreduce"), std::string::npos) << r.out;
   EXPECT_EQ(count(r.out, "(SIGABRT) received"), 1) << r.out;
   EXPECT_EQ(count(r.out, "OK rank"), 3) << r.out;
-  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(30));
+  // Before the survivors' 60 s collective timeout could have ended the round (under TSan on a
+  // loaded machine the whole run took 38 s).
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(55));
   EXPECT_TRUE(shm_entries(id).empty());
 }
 
