@@ -73,7 +73,9 @@ ErrorFileReader::ErrorFileReader(asio::io_context& io, LoopClock& clock,
 ErrorFileReader::~ErrorFileReader() {
   alive_.reset();  // from here on no handler does anything
   for (auto& r : reads_) {
-    r->limit->cancel();
+    // Destroyed, not only cancelled: the loop's pending handlers keep the Read alive, possibly
+    // past the clock the timer belongs to.
+    r->limit.reset();
     std::error_code ignored;
     r->output.close(ignored);
     r->exit.close(ignored);

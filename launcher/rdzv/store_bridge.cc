@@ -94,7 +94,9 @@ void StoreBridge::run_on(Worker& w, std::function<void(Store&)> op, Done done, b
     } catch (...) {
       err = std::current_exception();
     }
-    asio::post(loop_, [done, err] { done(err); });
+    // Moved: the loop holds the only reference, so the exception is freed where it was read
+    // (its reference count is invisible to ThreadSanitizer, which saw this thread free it).
+    asio::post(loop_, [done, err = std::move(err)] { done(err); });
   });
 }
 
