@@ -1198,9 +1198,24 @@ def bad_store_input(ctx):
 
 # ---- hostile workers, clients and signals (issue 27) ----------------------------------------------
 
-def run_measured(argv, env, timeout=60):
+def vm_hwm_mib(pid):
+    """The high-water mark of a live process's resident memory (VmHWM) in MiB; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run_measured(argv, env, timeout=60, own_peak=False):
     """Runs argv; returns (exit code, stdout bytes, stderr bytes, seconds, peak RSS in MiB). The
-    peak is wait4's: the program's own and its children's, not every child this suite had."""
+    peak is wait4's: the program's own and its children's, not every child this suite had. With
+    own_peak, it is the program's own high-water mark alone, read every 10 ms while it runs: for
+    cohortrun, whose children (the worker, the process that reads its error file) count in
+    wait4's figure."""
     t0 = time.monotonic()
     p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     chunks = {p.stdout: [], p.stderr: []}
@@ -1208,13 +1223,18 @@ def run_measured(argv, env, timeout=60):
     for f in chunks:
         sel.register(f, selectors.EVENT_READ)
     deadline = time.monotonic() + timeout
+    hwm = 0
     while sel.get_map() and time.monotonic() < deadline:
-        for key, _ in sel.select(timeout=0.5):
+        for key, _ in sel.select(timeout=0.01 if own_peak else 0.5):
             data = os.read(key.fileobj.fileno(), 1 << 16)
             if data:
                 chunks[key.fileobj].append(data)
             else:
                 sel.unregister(key.fileobj)
+        if own_peak:
+            hwm = max(hwm, vm_hwm_mib(p.pid))
+    if own_peak:
+        hwm = max(hwm, vm_hwm_mib(p.pid))
     if sel.get_map():
         p.kill()
     _, status, usage = os.wait4(p.pid, 0)
@@ -1222,7 +1242,7 @@ def run_measured(argv, env, timeout=60):
     out, err = b"".join(chunks[p.stdout]), b"".join(chunks[p.stderr])
     p.stdout.close()
     p.stderr.close()
-    return p.returncode, out, err, time.monotonic() - t0, usage.ru_maxrss / 1024
+    return p.returncode, out, err, time.monotonic() - t0, hwm if own_peak else usage.ru_maxrss / 1024
 
 
 def python_job(ctx, script, flags=(), timeout=60, env=None):
@@ -1233,7 +1253,7 @@ def python_job(ctx, script, flags=(), timeout=60, env=None):
         f.write(script)
     rc, out, err, took, rss = run_measured(
         [ctx.path("cohortrun"), "--nproc-per-node", "1", "--max-restarts", "0", "--rdzv-id",
-         ctx.tag, *flags, path], env or ctx.env(), timeout)
+         ctx.tag, *flags, path], env or ctx.env(), timeout, own_peak=True)
     p = types.SimpleNamespace(returncode=rc)
     p.stdout_text = out.decode(errors="replace")
     p.stderr_text = err.decode(errors="replace")
