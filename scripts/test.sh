@@ -3,7 +3,7 @@
 #
 #   scripts/test.sh               everything, in this order, each stage in its own build folder:
 #                                   release  Release build, the whole suite (ctest)       build/
-#                                   fuzz     each libFuzzer target for 30 s               build-fuzz/
+#                                   fuzz     each libFuzzer target for 20 s               build-fuzz/
 #                                   asan     ASan + UBSan, the labels that reach cohort's   build-asan/
 #                                            code (scripts/sanitize.sh says which, and why)
 #                                   tsan     TSan, the store, launcher and runtime tests  build-tsan/
@@ -17,7 +17,7 @@
 # Every stage runs even when an earlier one failed; a summary with each stage's time ends the
 # output. Exit status: 0 when every stage passed, else 1 (2: a bad argument).
 # Environment: COHORT_BUILD_DIR (release folder, default build), COHORT_FUZZ_SECONDS (per target,
-# default 30), COHORT_TEST_STAGES (default "release fuzz asan tsan").
+# default 20), COHORT_TEST_STAGES (default "release fuzz asan tsan").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -91,7 +91,7 @@ for stage in $STAGES; do
   rc=0
   case "$stage" in
     release) release "$@" || rc=$? ;;
-    fuzz) scripts/fuzz.sh "${COHORT_FUZZ_SECONDS:-30}" || rc=$? ;;
+    fuzz) scripts/fuzz.sh "${COHORT_FUZZ_SECONDS:-20}" || rc=$? ;;
     asan) COHORT_JOBS=$(nproc) scripts/sanitize.sh asan || rc=$? ;;
     tsan) COHORT_JOBS=$(nproc) scripts/sanitize.sh tsan || rc=$? ;;
   esac
