@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "../common/netns_hosts.h"
 #include "heal_fixture.h"
 
 namespace cohort::testing {
@@ -20,17 +21,9 @@ std::vector<std::string> on_node(int node) {
 
 class HealNetnsTest : public HealJobTest {
  protected:
-  static void SetUpTestSuite() {
-    if (::geteuid() != 0) return;
-    const std::string up =
-        std::string(kNetEnv) + " " + COHORT_SOURCE_DIR + "/scripts/cluster/netns_up.sh >/dev/null";
-    ready_ = std::system(up.c_str()) == 0;
-  }
+  static void SetUpTestSuite() { ready_ = netns_hosts_up(kNetEnv); }
   static void TearDownTestSuite() {
-    if (!ready_) return;
-    const std::string down = std::string(kNetEnv) + " " + COHORT_SOURCE_DIR +
-                             "/scripts/cluster/netns_down.sh >/dev/null";
-    (void)std::system(down.c_str());
+    if (ready_) netns_hosts_down(kNetEnv);
   }
   void SetUp() override {
     if (::geteuid() != 0 || !ready_) GTEST_SKIP() << "needs root and iproute2 (network namespaces)";

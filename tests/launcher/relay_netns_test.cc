@@ -17,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "../common/netns_hosts.h"
 #include "launcher_fixture.h"
 
 namespace cohort::testing {
@@ -40,17 +41,9 @@ std::vector<std::string> on_node(int node, std::vector<std::string> argv) {
 
 class RelayNetnsTest : public LauncherTest {
  protected:
-  static void SetUpTestSuite() {
-    if (::geteuid() != 0) return;
-    const std::string up =
-        std::string(kNetEnv) + " " + COHORT_SOURCE_DIR + "/scripts/cluster/netns_up.sh >/dev/null";
-    ready_ = std::system(up.c_str()) == 0;
-  }
+  static void SetUpTestSuite() { ready_ = netns_hosts_up(kNetEnv); }
   static void TearDownTestSuite() {
-    if (!ready_) return;
-    const std::string down = std::string(kNetEnv) + " " + COHORT_SOURCE_DIR +
-                             "/scripts/cluster/netns_down.sh >/dev/null";
-    (void)std::system(down.c_str());
+    if (ready_) netns_hosts_down(kNetEnv);
   }
   void SetUp() override {
     if (::geteuid() != 0 || !ready_) GTEST_SKIP() << "needs root and iproute2 (network namespaces)";
