@@ -1,9 +1,20 @@
 #include "rdzv/round_ops.h"
 
 #include <cstdio>
+#include <sstream>
 
 namespace cohort::launch {
 namespace round_ops {
+namespace {
+
+// "900 s", "0.3 s": a timeout under a second is not "0 s".
+std::string in_seconds(std::chrono::milliseconds d) {
+  std::ostringstream os;
+  os << std::chrono::duration<double>(d).count() << " s";
+  return os.str();
+}
+
+}  // namespace
 
 std::vector<NodeInfo> exchange_node_info(Store& store, int round, const NodeInfo& self, int nnodes,
                                          std::chrono::milliseconds timeout) {
@@ -18,8 +29,8 @@ std::vector<NodeInfo> exchange_node_info(Store& store, int round, const NodeInfo
       std::vector<std::string> one{keys::node(round, i)};
       if (!store.check(one)) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
     }
-    throw StoreTimeoutError("rendezvous timed out after " + std::to_string(timeout.count() / 1000) +
-                                " s: node rank(s) " + missing + " of " + std::to_string(nnodes) +
+    throw StoreTimeoutError("rendezvous timed out after " + in_seconds(timeout) +
+                                ": node rank(s) " + missing + " of " + std::to_string(nnodes) +
                                 " did not join",
                             e.key(), e.address());
   }
