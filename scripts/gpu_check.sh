@@ -24,7 +24,9 @@
 #     an idle GPU and refusing one another process holds;
 #   - the hand checks, PyTorch workers under cohortrun (scripts/gpu_check_workers.py): one hung
 #     inside a CUDA kernel is found by --worker-hang-timeout with its Python stack and its memory
-#     comes free; kill -9 of cohortrun frees its worker's 8 GiB; a seed-style script (NCCL, DDP,
+#     comes free; an NCCL rank whose collective never completes is named and its Flight Recorder
+#     collected through PyTorch's dump pipe; kill -9 of cohortrun frees its worker's 8 GiB; a
+#     seed-style script (NCCL, DDP,
 #     DistributedSampler, autocast with GradScaler, no_sync) trains;
 #   - every GPU test: each CUDA layer against the CPU (test properties: the worst error as a share
 #     of the tolerance stated in tests/trainers/cuda_test.cc), in fp32 and against the CPU's
@@ -525,6 +527,36 @@ hang_check_() {
   cat "$WORK/hang.json"
   [ "$rc" -ne 0 ] && $hung && $stack && [ "$freed" != null ]
 }
+# An NCCL rank hung inside a collective (issue 26): its allreduce waits behind a spinning kernel.
+# cohortrun --worker-hang-timeout 5 must judge the collective that does not complete, write to
+# PyTorch's dump pipe (TORCH_NCCL_DEBUG_INFO_PIPE_FILE, which cohortrun sets) and name the dump
+# the Flight Recorder wrote in the summary, then stop the rank with its Python stack.
+nccl_hang_check_() {
+  local rc=0 t0 t_hang="" job
+  t0=$(now)
+  env "LD_LIBRARY_PATH=$LDP" "$BIN/cohortrun" --standalone --nproc-per-node 1 \
+    --worker-hang-timeout 5 --no-python "${PYWORKER[@]}" nccl_hang >"$WORK/nccl_hang.log" 2>&1 &
+  job=$!
+  while kill -0 "$job" 2>/dev/null; do
+    [ -z "$t_hang" ] && grep -q "now hanging in a collective" "$WORK/nccl_hang.log" && t_hang=$(now)
+    sleep 0.05
+  done
+  wait "$job" || rc=$?
+  local t_exit
+  t_exit=$(now)
+  cat "$WORK/nccl_hang.log"
+  local named=false dump="" dump_bytes=0 stack=false found_s=null
+  grep -q "the job is hung" "$WORK/nccl_hang.log" && named=true
+  dump=$(grep -m1 -o "Flight Recorder dump (torchfrtrace reads it): [^ ,;]*" "$WORK/nccl_hang.log" |
+    sed 's/.*: //')
+  [ -n "$dump" ] && [ -s "$dump" ] && dump_bytes=$(stat -c %s "$dump")
+  grep -q "in synchronize" "$WORK/nccl_hang.log" && stack=true
+  [ -n "$t_hang" ] && found_s=$(awk -v a="$t_hang" -v b="$t_exit" 'BEGIN { printf "%.2f", b - a }')
+  echo "{\"exit\": $rc, \"hang_named\": $named, \"fr_dump\": $(json_str "$dump"), \"fr_dump_bytes\": $dump_bytes, \"stack_in_synchronize\": $stack, \"seconds_from_hang_to_exit\": $found_s}" \
+    >"$WORK/nccl_hang.json"
+  cat "$WORK/nccl_hang.json"
+  [ "$rc" -ne 0 ] && $named && [ "$dump_bytes" -gt 0 ]
+}
 # kill -9 of cohortrun while its worker holds 8 GiB: the worker dies with it and the memory is
 # free again within seconds.
 kill9_check_() {
@@ -568,13 +600,16 @@ sys.exit(0 if r["ranks_agree"] and r["last_loss"] < 0.5 * r["first_loss"] else 1
 pyworker() { PYWORKER=(env "LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH" PYTHONFAULTHANDLER=1 python3
   "$REPO/scripts/gpu_check_workers.py"); }
 hang_check() { pyworker; hang_check_; }
+nccl_hang_check() { pyworker; nccl_hang_check_; }
 kill9_check() { pyworker; kill9_check_; }
 amp_check() { pyworker; amp_check_; }
-export -f pyworker hang_check kill9_check amp_check hang_check_ kill9_check_ amp_check_
+export -f pyworker hang_check kill9_check amp_check hang_check_ kill9_check_ amp_check_ \
+  nccl_hang_check nccl_hang_check_
 step hang_in_cuda_kernel 90 hang_check
+step nccl_hang_flight_recorder 90 nccl_hang_check
 step kill9_frees_gpu_memory 90 kill9_check
 step amp_ddp_script 120 amp_check
-record "{\"hand_checks\": {\"hang\": $(json_str "$WORK/hang.json"), \"kill9\": $(json_str "$WORK/kill9.json"), \"amp\": $(json_str "$WORK/amp.json")}}"
+record "{\"hand_checks\": {\"hang\": $(json_str "$WORK/hang.json"), \"nccl_hang\": $(json_str "$WORK/nccl_hang.json"), \"kill9\": $(json_str "$WORK/kill9.json"), \"amp\": $(json_str "$WORK/amp.json")}}"
 
 # ---- in the background: PyTorch's twin compiles; the GPT's loss curve on the CPU ----------------
 # GPT-2-small's shape (12 layers, 12 heads, 768 wide, 256 tokens, batch 16, vocabulary 256).

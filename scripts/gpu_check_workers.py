@@ -5,6 +5,11 @@
                                        torch.cuda.synchronize() behind a kernel that spins for
                                        minutes: cohortrun --worker-hang-timeout must find it,
                                        with its Python stack, and its memory must come free
+    gpu_check_workers.py nccl_hang     an NCCL group of one rank: one allreduce, then a second
+                                       queued behind a kernel that spins for minutes, and
+                                       torch.cuda.synchronize(): the collective never completes,
+                                       so cohortrun must name it and collect the rank's Flight
+                                       Recorder through PyTorch's dump pipe
     gpu_check_workers.py hold GIB      holds GIB GiB of GPU memory, prints "holding", sleeps:
                                        kill -9 of cohortrun must free it
     gpu_check_workers.py amp_ddp       the seeds' way to train fast, on the NCCL backend: DDP,
@@ -48,6 +53,22 @@ def hang(gib):
     torch.cuda.synchronize()
     print("the kernel ended: nobody stopped the worker", flush=True)
     return x
+
+
+def nccl_hang():
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    x = torch.ones(1 << 20, device="cuda")
+    dist.all_reduce(x)
+    torch.cuda.synchronize()
+    beat()
+    print("nccl group ready, now hanging in a collective behind a kernel", flush=True)
+    torch.cuda._sleep(1 << 40)  # about ten minutes; NCCL's stream waits for it
+    dist.all_reduce(x)
+    torch.cuda.synchronize()
+    print("the kernel ended: nobody stopped the worker", flush=True)
 
 
 def hold_and_sleep(gib):
@@ -115,6 +136,8 @@ def main():
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     if what == "hang":
         hang(float(sys.argv[2]))
+    elif what == "nccl_hang":
+        nccl_hang()
     elif what == "hold":
         hold_and_sleep(float(sys.argv[2]))
     elif what == "amp_ddp":
