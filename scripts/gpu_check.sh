@@ -27,7 +27,9 @@
 #     comes free; an NCCL rank whose collective never completes is named and its Flight Recorder
 #     collected through PyTorch's dump pipe; kill -9 of cohortrun frees its worker's 8 GiB; a
 #     seed-style script (NCCL, DDP,
-#     DistributedSampler, autocast with GradScaler, no_sync) trains;
+#     DistributedSampler, autocast with GradScaler, no_sync) trains; an NCCL DDP job restarted 3
+#     times rebuilds its group every attempt and never sees an earlier round's key
+#     (tests/interop/heal_worker.py --backend nccl);
 #   - every GPU test: each CUDA layer against the CPU (test properties: the worst error as a share
 #     of the tolerance stated in tests/trainers/cuda_test.cc), in fp32 and against the CPU's
 #     emulation of tf32, bf16 and fp16, and the kernel launches per step;
@@ -600,20 +602,42 @@ amp_check_() {
 r = json.load(open(sys.argv[1]))["amp_ddp"]
 sys.exit(0 if r["ranks_agree"] and r["last_loss"] < 0.5 * r["first_loss"] else 1)' "$WORK/amp.json"
 }
+# Every restart heals with NCCL (issue 25): tests/interop/heal_worker.py --backend nccl builds an
+# NCCL group (one rank: NCCL refuses two ranks on one GPU) and DDP in every attempt, loses its rank
+# in the first 3, and must form the group in all 4; no key written into an earlier round's store
+# may be visible (the worker prints STALE and exits 9).
+nccl_restart_check_() {
+  local rc=0 formed stale=false
+  rm -f "$WORK/nccl_restart.attempts"
+  env "LD_LIBRARY_PATH=$LDP" "$BIN/cohortrun" --standalone --nproc-per-node 1 --max-restarts 3 \
+    --no-python "${HEALWORKER[@]}" --backend nccl --fail-until 3 --dying-rank 0 \
+    --attempt-timeout 30 --attempt-log "$WORK/nccl_restart.attempts" \
+    >"$WORK/nccl_restart.log" 2>&1 || rc=$?
+  cat "$WORK/nccl_restart.log"
+  formed=$(grep -c " formed " "$WORK/nccl_restart.attempts" 2>/dev/null) || formed=0
+  grep -q STALE "$WORK/nccl_restart.log" && stale=true
+  echo "{\"exit\": $rc, \"attempts_formed\": $formed, \"stale_key_seen\": $stale}" \
+    >"$WORK/nccl_restart.json"
+  cat "$WORK/nccl_restart.json"
+  [ "$rc" -eq 0 ] && [ "$formed" -eq 4 ] && ! $stale
+}
 # (arrays do not reach the child shell a step runs functions in: each function builds its own)
 pyworker() { PYWORKER=(env "LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH" PYTHONFAULTHANDLER=1 python3
-  "$REPO/scripts/gpu_check_workers.py"); }
+  "$REPO/scripts/gpu_check_workers.py")
+  HEALWORKER=(env "LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH" python3 "$REPO/tests/interop/heal_worker.py"); }
 hang_check() { pyworker; hang_check_; }
 nccl_hang_check() { pyworker; nccl_hang_check_; }
 kill9_check() { pyworker; kill9_check_; }
 amp_check() { pyworker; amp_check_; }
+nccl_restart_check() { pyworker; nccl_restart_check_; }
 export -f pyworker hang_check kill9_check amp_check hang_check_ kill9_check_ amp_check_ \
-  nccl_hang_check nccl_hang_check_
+  nccl_hang_check nccl_hang_check_ nccl_restart_check nccl_restart_check_
 step hang_in_cuda_kernel 90 hang_check
 step nccl_hang_flight_recorder 90 nccl_hang_check
 step kill9_frees_gpu_memory 90 kill9_check
 step amp_ddp_script 120 amp_check
-record "{\"hand_checks\": {\"hang\": $(json_str "$WORK/hang.json"), \"nccl_hang\": $(json_str "$WORK/nccl_hang.json"), \"kill9\": $(json_str "$WORK/kill9.json"), \"amp\": $(json_str "$WORK/amp.json")}}"
+step nccl_restarts_heal 120 nccl_restart_check
+record "{\"hand_checks\": {\"hang\": $(json_str "$WORK/hang.json"), \"nccl_hang\": $(json_str "$WORK/nccl_hang.json"), \"kill9\": $(json_str "$WORK/kill9.json"), \"amp\": $(json_str "$WORK/amp.json"), \"nccl_restart\": $(json_str "$WORK/nccl_restart.json")}}"
 
 # ---- in the background: PyTorch's twin compiles; the GPT's loss curve on the CPU ----------------
 # GPT-2-small's shape (12 layers, 12 heads, 768 wide, 256 tokens, batch 16, vocabulary 256).

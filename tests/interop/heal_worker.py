@@ -13,6 +13,9 @@ attempt to look for; no rank builds its group before every rank has looked, so g
 addresses, which PyTorch 2.x names the same in every attempt, are looked for too.
 --no-probe leaves the store alone (the benchmark counts what heals on its own).
 
+--backend nccl builds an NCCL group instead, each rank on the GPU of its LOCAL_RANK
+(scripts/gpu_check.sh; needs a GPU).
+
 Each attempt is bounded: --attempt-timeout seconds for the store and for gloo (default 30), so a
 group that cannot form fails instead of hanging for gloo's default 30 minutes.
 
@@ -42,6 +45,7 @@ def parse_args():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--attempt-timeout", type=float, default=30.0)
     p.add_argument("--attempt-log", default="")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
     p.add_argument("--no-probe", action="store_true",
                    help="leave the store alone (the benchmark: count what heals on its own)")
     return p.parse_args()
@@ -63,14 +67,15 @@ def exists(store, key):
     return store.compare_set(key, ABSENT, ABSENT + b"!") != ABSENT
 
 
-def probe_store(attempt, rank, world, timeout):
+def probe_store(attempt, rank, world, timeout, backend):
     """Fails the attempt when a key of an earlier attempt is visible in this attempt's store."""
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                           is_master=False, timeout=timeout)
     earlier = [f"heal/probe/{a}/{r}" for a in range(attempt) for r in range(world)]
     # gloo's full-mesh addresses of the default group, as PyTorch 2.x names them (1.13 adds
     # /worker/attempt_<n>/ in front, which does not find them).
-    earlier += [f"default_pg/0//cpu//0/{r}" for r in range(world)] if attempt > 0 else []
+    if backend == "gloo" and attempt > 0:
+        earlier += [f"default_pg/0//cpu//0/{r}" for r in range(world)]
     seen = [k for k in earlier if exists(store, k)]
     if seen:
         print(f"STALE attempt {attempt} rank {rank} sees {seen}", flush=True)
@@ -87,10 +92,15 @@ def main():
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     timeout = datetime.timedelta(seconds=args.attempt_timeout)
-    store = None if args.no_probe else probe_store(attempt, rank, world, timeout)
+    store = None if args.no_probe else probe_store(attempt, rank, world, timeout, args.backend)
+    device = torch.device("cpu")
+    if args.backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
     try:
-        dist.init_process_group("gloo", timeout=timeout)
-        model = DistributedDataParallel(torch.nn.Linear(16, 4))
+        dist.init_process_group(args.backend, timeout=timeout)
+        model = DistributedDataParallel(torch.nn.Linear(16, 4).to(device),
+                                        device_ids=[device.index] if device.type == "cuda" else None)
     except Exception as e:  # the group did not form: this is what a failed heal looks like
         note(args.attempt_log, f"{attempt} {rank} failed {time.monotonic() - START:.3f}")
         print(f"attempt {attempt} rank {rank}: no process group: {e}", file=sys.stderr, flush=True)
@@ -98,7 +108,7 @@ def main():
     note(args.attempt_log, f"{attempt} {rank} formed {time.monotonic() - START:.3f}")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(args.steps):
-        loss = model(torch.randn(8, 16)).sum()
+        loss = model(torch.randn(8, 16, device=device)).sum()
         opt.zero_grad()
         loss.backward()
         opt.step()
