@@ -99,7 +99,9 @@ class JobRendezvousTest : public ::testing::Test {
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_{io_.get_executor()};
   std::unique_ptr<LoopClock> clock_ = make_asio_loop_clock(io_);
+  // The stores outlive every job (a job's threads may wait on them until it is destroyed).
   MemoryStore store_{5s};
+  MemoryStore moved_{5s};  // where a store moves
 };
 
 TEST_F(JobRendezvousTest, TheFirstFailureDecidesTheRoundAndReachesTheWatch) {
@@ -234,15 +236,18 @@ TEST_F(JobRendezvousTest, WhenTheStoreMovesTheWatchFollowsAndTheOldStoresErrorsA
   host->watch_outcome(
       0, [&](Outcome o) { seen = o; }, [](std::string) {});
   // A call blocked on the old store (the barrier waits for a node that will not come there).
+  // Moved only once it blocks there: a call still queued when the store moves is dropped with the
+  // old bridge, and its callback never runs (StoreBridge's destructor clears its queues).
   Result barrier;
   host->exit_barrier(0, 2, 5s, barrier.callback());
-  MemoryStore moved{5s};
-  host->move_to(moved);
+  const std::string count = keys::run_prefix("run1") + "/" + keys::exit_count(0);
+  ASSERT_TRUE(run_until([&] { return store_.check(std::vector<std::string>{count}); }));
+  host->move_to(moved_);
   ASSERT_TRUE(run_until([&] { return barrier.done; })) << "the old store's call was not given up";
   EXPECT_FALSE(barrier.error) << "an error of the replaced store was reported: "
                               << message_of(barrier.error);
   // The round's outcome is decided on the new store; the watch, moved with it, delivers it.
-  auto other = std::make_unique<TestJob>(io_, *clock_, "run1", moved, false, 1);
+  auto other = std::make_unique<TestJob>(io_, *clock_, "run1", moved_, false, 1);
   EXPECT_FALSE(finish([&](auto done) { other->publish_failure(0, 1, 0, {}, done); }));
   ASSERT_TRUE(run_until([&] { return seen.has_value(); }));
   EXPECT_EQ(seen->kind, Outcome::kFailed);
