@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cohort/base/duration_text.h"
 #include "cohort/base/parse.h"
 #include "cohort/error.h"
 #include "failure/json_text.h"
@@ -87,12 +88,6 @@ bool wait_key(Store& store, const Clock& clock, const std::string& key,
   } catch (const StoreTimeoutError&) {
     return false;
   }
-}
-
-std::string in_seconds(std::chrono::milliseconds d) {
-  std::ostringstream os;
-  os << std::chrono::duration<double>(d).count() << " s";
-  return os.str();
 }
 
 }  // namespace

@@ -11,19 +11,11 @@
 #ifdef COHORT_HAVE_ETCD
 #include "cohort/rdzv/etcd_store.h"
 #endif
+#include "cohort/base/duration_text.h"
 #include "cohort/rdzv/tcp_store.h"
 #include "rdzv/round_ops.h"
 
 namespace cohort::launch {
-namespace {
-
-std::string in_seconds(std::chrono::milliseconds d) {
-  std::ostringstream os;
-  os << std::chrono::duration<double>(d).count() << " s";
-  return os.str();
-}
-
-}  // namespace
 
 // What must be known before the base class (and its store bridge) exists.
 struct ElasticJob::Setup {

@@ -3,18 +3,10 @@
 #include <cstdio>
 #include <sstream>
 
+#include "cohort/base/duration_text.h"
+
 namespace cohort::launch {
 namespace round_ops {
-namespace {
-
-// "900 s", "0.3 s": a timeout under a second is not "0 s".
-std::string in_seconds(std::chrono::milliseconds d) {
-  std::ostringstream os;
-  os << std::chrono::duration<double>(d).count() << " s";
-  return os.str();
-}
-
-}  // namespace
 
 std::vector<NodeInfo> exchange_node_info(Store& store, int round, const NodeInfo& self, int nnodes,
                                          std::chrono::milliseconds timeout) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "cohort/base/duration_text.h"
 #include "cohort/base/hang_probe.h"
 #include "cohort/error.h"
 #include "failure/error_file.h"
@@ -27,12 +28,6 @@ int open_log(const std::string& path) {
     throw IoError("cannot open " + path + ": " + std::strerror(e), e);
   }
   return fd;
-}
-
-std::string in_seconds(std::chrono::milliseconds d) {
-  std::ostringstream os;
-  os << std::chrono::duration<double>(d).count() << " s";
-  return os.str();
 }
 
 // The state letter of /proc/<pid>/stat ('R', 'S', 'D', ...); '?' when it cannot be read.
