@@ -92,7 +92,11 @@ std::optional<InterpreterInfo> finish_probe(pid_t pid, int out, std::chrono::mil
       break;
     }
     pollfd p{out, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
+    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno != EINTR) break;
+    // Nothing to read yet (the time is up, or a signal): never a read that blocks, which would
+    // wait as long as a hung interpreter does.
+    if (ready <= 0) continue;
     char buf[4096];
     const ssize_t n = ::read(out, buf, sizeof buf);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
