@@ -114,7 +114,10 @@ TEST(PosixSpawner, AWorkerInheritsNoOtherDescriptor) {
   char target[256] = {};
   while (std::chrono::steady_clock::now() < deadline) {
     const ssize_t n = ::readlink(exe.c_str(), target, sizeof target - 1);
-    if (n > 0 && std::string(target, static_cast<size_t>(n)).ends_with("/sleep")) break;
+    // Exec'd, and asleep: before it sleeps, the dynamic loader may still hold a library open.
+    if (n > 0 && std::string(target, static_cast<size_t>(n)).ends_with("/sleep") &&
+        state_of(p.pid) == "S")
+      break;
     ::usleep(1000);
   }
   std::vector<int> above_stdio;
