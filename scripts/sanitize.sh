@@ -123,6 +123,9 @@ fi
 start=$(date +%s)
 cfg=(-S . -B "$BUILD" -G Ninja
      -DCMAKE_BUILD_TYPE=RelWithDebInfo
+     # -O1, as the ASan and TSan manuals advise; the root CMakeLists.txt adds line tables only.
+     # Together they halve the ASan build (the CI budget) and change nothing a report shows.
+     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -DNDEBUG"
      -DCOHORT_SANITIZE="$SANITIZE"
      -DCOHORT_CUDA=OFF -DCOHORT_BUILD_TESTS=ON -DCOHORT_BUILD_BENCH=OFF -DCOHORT_FUZZ=OFF
      "${EXTRA_CFG[@]}")
@@ -130,6 +133,11 @@ flags=""
 [ "$MODE" = asan ] && flags="-fno-sanitize-recover=undefined"
 cfg+=("-DCMAKE_CXX_FLAGS=$flags")
 [ -f "$BUILD/CMakeCache.txt" ] || cfg+=(-DCMAKE_C_COMPILER="$CC_BIN" -DCMAKE_CXX_COMPILER="$CXX_BIN")
+# Through ccache when there is one (setup.sh installs it): a second run rebuilds in seconds.
+if command -v ccache >/dev/null; then
+  cfg+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+fi
 mkdir -p "$BUILD"
 if ! cmake "${cfg[@]}" >"$BUILD/configure.log" 2>&1; then
   cat "$BUILD/configure.log" >&2
