@@ -79,8 +79,7 @@ NodeAgent::NodeAgent(JobPlan plan, EnvMap env, NodeAgentDeps deps)
       stop_timer_(clock_.make_timer()),
       finish_timer_(clock_.make_timer()),
       wait_timer_(clock_.make_timer()),
-      progress_timer_(clock_.make_timer()),
-      lobby_timer_(clock_.make_timer()),
+      join_notices_(clock_, plan_, log_),
       fork_wait_timer_(clock_.make_timer()) {}
 
 NodeAgent::~NodeAgent() {
@@ -437,15 +436,9 @@ void NodeAgent::rendezvous(int after_round) {
       {"--role", c.role},
       {"the entry point", plan_.command.title},
   };
-  join_started_ = clock_.now();
-  report_progress();
-  if (plan_.config.rdzv_backend != RdzvBackend::kStatic) {
-    join_wall_started_ = wall_clock_now();
-    lobby_tick();
-  }
+  join_notices_.start(*rdzv_);
   rdzv_->join(after_round, self, [this](std::exception_ptr err, RankAssignment a) {
-    progress_timer_->cancel();
-    lobby_timer_->cancel();
+    join_notices_.stop();
     if (done()) return;
     if (err) {
       handle(agent_.on_fatal(describe(err)));
@@ -511,63 +504,6 @@ bool NodeAgent::relays_workers() const {
   return c.store_relay == StoreRelay::kOn ||
          (c.store_relay == StoreRelay::kAuto &&
           static_cast<int64_t>(c.max_nodes) * plan_.nproc >= kAutoRelayRanks);
-}
-
-void NodeAgent::lobby_tick() {
-  lobby::Waiting self;
-  self.run_id = plan_.run_id;
-  self.node = plan_.host + ":" + std::to_string(::getpid());
-  self.host = plan_.host;
-  self.entry = plan_.command.title;
-  self.nnodes =
-      std::to_string(plan_.config.min_nodes) + ":" + std::to_string(plan_.config.max_nodes);
-  self.since = join_wall_started_;
-  self.at = wall_clock_now();
-  rdzv_->announce_waiting(self, [this, self](std::exception_ptr err,
-                                             std::vector<lobby::Waiting> others) {
-    if (err || done() || !lobby_timer_->armed()) return;
-    // Nodes of two jobs starting together meet their own within a second or two: only a wait of
-    // a few seconds on both sides is worth a word.
-    constexpr double kWorthSaying = 2.0;
-    for (const lobby::Waiting& o : others) {
-      if (self.at - self.since < kWorthSaying || self.at - o.since < kWorthSaying) continue;
-      if (!told_of_runs_.insert(o.run_id).second) continue;
-      log_->warn(
-          "{}",
-          printable(
-              fmt::format(
-                  "nodes of another job wait at {} too: run id {} ({}, --nnodes {}, on {}, "
-                  "for {:.0f} s), while this node waits in run id {} ({}). Nodes meet only "
-                  "within one run id: if they are one job, start every node with the same "
-                  "--rdzv-id (without it, the id comes from the endpoint and the script's name)",
-                  plan_.config.rdzv_endpoint, o.run_id, o.entry, o.nnodes, o.host,
-                  self.at - o.since, plan_.run_id, plan_.command.title),
-              false));
-    }
-  });
-  lobby_timer_->start(kLobbyInterval, [this] { lobby_tick(); });
-}
-
-void NodeAgent::report_progress() {
-  progress_timer_->start(10s, [this] {
-    const LaunchConfig& c = plan_.config;
-    const bool elastic = c.rdzv_backend != RdzvBackend::kStatic;
-    const auto waited =
-        std::chrono::duration_cast<std::chrono::seconds>(clock_.now() - join_started_);
-    const auto limit = std::chrono::duration_cast<std::chrono::seconds>(
-        elastic ? plan_.rdzv_conf.join_timeout : c.rdzv_timeout);
-    const std::string store =
-        elastic ? c.rdzv_endpoint
-                : (c.node_rank == 0 ? "this node" : format_host_port(c.master_addr, c.master_port));
-    log_->warn(
-        "still waiting for the rendezvous after {} s ({} s left): {} node(s) expected, the "
-        "store at {}",
-        waited.count(), std::max<long>(0, (limit - waited).count()),
-        elastic ? std::to_string(c.min_nodes) + " to " + std::to_string(c.max_nodes)
-                : std::to_string(c.max_nodes),
-        store);
-    report_progress();
-  });
 }
 
 void NodeAgent::start_workers(const RankAssignment& a, const std::optional<Outcome>& previous) {
@@ -753,8 +689,7 @@ void NodeAgent::shut_down() {
   stop_timer_->cancel();
   finish_timer_->cancel();
   wait_timer_->cancel();
-  progress_timer_->cancel();
-  lobby_timer_->cancel();
+  join_notices_.stop();
   fork_wait_timer_->cancel();
   std::error_code ignored;
   signals_.cancel(ignored);

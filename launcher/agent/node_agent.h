@@ -20,6 +20,7 @@
 #include <string>
 
 #include "agent/agent.h"
+#include "agent/join_notices.h"
 #include "cohort/base/environment.h"
 #include "failure/error_file_reader.h"
 #include "failure/event_log.h"
@@ -105,10 +106,6 @@ class NodeAgent {
   std::chrono::milliseconds wait_after_first_exit() const;
   // This node is done: bounds how long the others may still run.
   void bound_the_others(int round);
-  // Says every 10 s that a rendezvous is still pending, and for how much longer it may be.
-  void report_progress();
-  // While an elastic join waits: the lobby (kLobbyInterval).
-  void lobby_tick();
   std::unique_ptr<JobRendezvous> make_rendezvous();
   // TORCHELASTIC_ENABLE_FILE_TIMER=1: serves the workers' FileTimerClients (file_timer.h).
   void start_file_timer();
@@ -155,18 +152,11 @@ class NodeAgent {
   EventLog events_;
   std::vector<pid_t> worker_pids_;  // this round's, by local rank
   std::unique_ptr<LoopTimer> stop_timer_;
-  std::unique_ptr<LoopTimer> finish_timer_;    // the ending's deadlines (barrier, abort grace)
-  std::unique_ptr<LoopTimer> wait_timer_;      // --wait-after-first-exit
-  std::unique_ptr<LoopTimer> progress_timer_;  // lines while a rendezvous is pending
-  // Elastic: every kLobbyInterval while joining, this node says in the store's lobby that it
-  // waits, and learns of nodes waiting in other runs there (rdzv/lobby.h), once each.
-  static constexpr std::chrono::milliseconds kLobbyInterval{2500};
-  std::unique_ptr<LoopTimer> lobby_timer_;
+  std::unique_ptr<LoopTimer> finish_timer_;     // the ending's deadlines (barrier, abort grace)
+  std::unique_ptr<LoopTimer> wait_timer_;       // --wait-after-first-exit
+  JoinNotices join_notices_;                    // what this node says while a rendezvous is pending
   std::unique_ptr<LoopTimer> fork_wait_timer_;  // bounds the wait for fork servers
-  double join_wall_started_ = 0;  // seconds since the epoch, as the lobby's records are
-  std::set<std::string> told_of_runs_;
-  Clock::time_point join_started_;
-  bool relay_refusal_said_ = false;  // "store relay off" is said once a job
+  bool relay_refusal_said_ = false;             // "store relay off" is said once a job
   int exit_code_ = 0;
   // Last: it reads the group, the rendezvous and the GPU monitor above (real processes only).
   std::unique_ptr<NodeObserver> observer_;
