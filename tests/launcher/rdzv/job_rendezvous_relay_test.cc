@@ -14,6 +14,7 @@
 
 #include "../../common/free_port.h"
 #include "cohort/rdzv/tcp_store.h"
+#include "common/loop_until.h"
 #include "rdzv/round_ops.h"
 #include "rdzv/static_job.h"
 #include "rdzv/store_keys.h"
@@ -48,14 +49,7 @@ class JobRendezvousRelayTest : public ::testing::Test {
   }
 
   // Runs the loop until `done` holds; false after 10 s of real time.
-  bool run_until(const std::function<bool()>& done) {
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      io_.run_for(2ms);
-    }
-    return true;
-  }
+  bool run_until(const std::function<bool()>& done) { return testing::run_until(io_, done); }
 
   RankAssignment join(int after_round) {
     NodeInfo self;

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "cohort/rdzv/memory_store.h"
+#include "common/loop_until.h"
 #include "rdzv/store_keys.h"
 
 namespace cohort::launch {
@@ -51,13 +52,7 @@ class TestJob final : public JobRendezvous {
   StaticProtocol protocol_;
 };
 
-std::string message_of(std::exception_ptr err) {
-  try {
-    std::rethrow_exception(err);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-}
+using testing::message_of;
 
 // What a Done callback was given, once it ran.
 struct Result {
@@ -74,14 +69,7 @@ struct Result {
 class JobRendezvousTest : public ::testing::Test {
  protected:
   // Runs the loop until `done` holds; false after 10 s of real time.
-  bool run_until(const std::function<bool()>& done) {
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      io_.run_for(2ms);
-    }
-    return true;
-  }
+  bool run_until(const std::function<bool()>& done) { return testing::run_until(io_, done); }
 
   std::unique_ptr<TestJob> make(std::string run_id = "run1", bool hosts_store = false,
                                 int nnodes = 1) {

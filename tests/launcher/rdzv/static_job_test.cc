@@ -16,6 +16,7 @@
 #include "cohort/base/printable.h"
 #include "cohort/error.h"
 #include "cohort/rdzv/tcp_store.h"
+#include "common/loop_until.h"
 
 namespace cohort::launch {
 namespace {
@@ -38,13 +39,7 @@ std::unique_ptr<TcpStore> dial(const HostPort& where,
   return std::make_unique<TcpStore>(o);
 }
 
-std::string message_of(std::exception_ptr err) {
-  try {
-    std::rethrow_exception(err);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-}
+using testing::message_of;
 
 struct Joined {
   std::exception_ptr error;
@@ -54,14 +49,7 @@ struct Joined {
 class StaticJobTest : public ::testing::Test {
  protected:
   // Runs the loop until `done` holds; false after 10 s of real time.
-  bool run_until(const std::function<bool()>& done) {
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      io_.run_for(2ms);
-    }
-    return true;
-  }
+  bool run_until(const std::function<bool()>& done) { return testing::run_until(io_, done); }
 
   std::unique_ptr<StaticJob> make(StaticJobSettings s) {
     return std::make_unique<StaticJob>(io_, *clock_, "run1", std::move(s), quiet());

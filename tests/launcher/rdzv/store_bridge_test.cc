@@ -13,6 +13,7 @@
 
 #include "cohort/error.h"
 #include "cohort/rdzv/memory_store.h"
+#include "common/loop_until.h"
 
 namespace cohort::launch {
 namespace {
@@ -28,14 +29,7 @@ class StoreBridgeTest : public ::testing::Test {
             "cohort/run1")) {}
 
   // Runs the loop until `done` holds; false after 10 s of real time.
-  bool run_until(const std::function<bool()>& done) {
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      io_.run_for(2ms);
-    }
-    return true;
-  }
+  bool run_until(const std::function<bool()>& done) { return testing::run_until(io_, done); }
   bool has(const std::string& key) { return store_.check(std::vector<std::string>{key}); }
 
   asio::io_context io_;
