@@ -12,12 +12,9 @@ Usage: run_faults.py [--build BUILD] [--only substring] [--update-docs | --merge
 Network scenarios need root (network namespaces); they are skipped, and say so, otherwise."""
 import argparse
 import glob
-import hashlib
-import hmac
 import os
 import random
 import re
-import resource
 import selectors
 import shutil
 import signal
@@ -28,25 +25,10 @@ import tempfile
 import time
 import types
 
+from fault_kit import (SCENARIOS, authenticated, current_dialect, polite_set_get, raise_nofile,
+                       recv_exact, row, scenario, start_cohortd, status_kib, wire_bytes)
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SCENARIOS = []
-
-
-def scenario(name, category):
-    def register(fn):
-        SCENARIOS.append((name, category, fn))
-        return fn
-    return register
-
-
-class Row(dict):
-    pass
-
-
-def row(detected=None, saw="", recovered="n/a", left="nothing", ok=True, why=""):
-    return Row(detected=detected, saw=saw, recovered=recovered, left=left, ok=ok, why=why)
-
-
 class Ctx:
     def __init__(self, build):
         self.bin = os.path.join(build, "bin")
@@ -371,55 +353,6 @@ def endpoint_shared(ctx):
                ("" if ok else ": " + errs[-300:]))
 
 
-def start_cohortd(ctx, *flags, stderr=subprocess.PIPE):
-    """A cohortd on a free port of 127.0.0.1; returns (process, port)."""
-    s = subprocess.Popen([ctx.path("cohortd"), "--host", "127.0.0.1", "--port", "0", *flags],
-                         stdout=subprocess.PIPE, stderr=stderr, env=ctx.env())
-    return s, int(s.stdout.readline().decode().strip().rsplit(":", 1)[1])
-
-
-def current_dialect(port):
-    """A current-dialect client (VALIDATE done): a socket and set/get/timed helpers."""
-    c = socket.create_connection(("127.0.0.1", port))
-    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    c.settimeout(10)
-    c.sendall(b"\x00" + (0x3C85F7CE).to_bytes(4, "little"))
-    return c
-
-
-def recv_exact(c, n):
-    out = b""
-    while len(out) < n:
-        got = c.recv(n - len(out))
-        if not got:
-            raise ConnectionError("closed")
-        out += got
-    return out
-
-
-def wire_bytes(b):
-    return len(b).to_bytes(8, "little") + b
-
-
-def polite_set_get(c, i):
-    """SET then GET of a small key on a current-dialect connection; seconds taken."""
-    t0 = time.monotonic()
-    v = str(i).encode()
-    c.sendall(b"\x01" + wire_bytes(b"polite") + wire_bytes(v))  # SET (no reply)
-    c.sendall(b"\x03" + wire_bytes(b"polite"))                  # GET
-    n = int.from_bytes(recv_exact(c, 8), "little")
-    if recv_exact(c, n) != v:
-        raise RuntimeError("wrong value")
-    return time.monotonic() - t0
-
-
-def status_kib(pid, field):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return -1
-
-
 @scenario("1.13 watcher that never reads, under 1,200 SETs of 1 MB", "store")
 def store_slow_watcher(ctx):
     budget = 128 << 20
@@ -707,29 +640,6 @@ def store_log_flip(ctx):
                "the damaged file copied aside first" + ("" if ok else ": " + err.decode()[-300:]))
 
 
-def raise_nofile(need):
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < need:
-        unlimited = hard == resource.RLIM_INFINITY
-        resource.setrlimit(resource.RLIMIT_NOFILE, (need if unlimited else min(need, hard), hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= need
-
-
-def authenticated(port, token):
-    """A client that holds the token: the one-way handshake (see rendezvous/include/cohort/rdzv/
-    auth.h), then VALIDATE, as current_dialect."""
-    c = socket.create_connection(("127.0.0.1", port))
-    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    c.settimeout(10)
-    c.sendall(b"\x41")  # AUTH_HELLO
-    challenge = recv_exact(c, 32)
-    c.sendall(b"\x42" + hmac.new(token, challenge + b"cohort-auth-v1", hashlib.sha256).digest())
-    if recv_exact(c, 1) != b"\x01":
-        raise RuntimeError("token refused")
-    c.sendall(b"\x00" + (0x3C85F7CE).to_bytes(4, "little"))
-    return c
-
-
 def silent_flood(ctx, silent, half, token=None):
     """silent + half connections (half: AUTH_HELLO sent, the challenge read, never the proof) fill
     a cohortd whose --max-connections is 100 below their number, with 1 s to speak; then a
@@ -861,8 +771,7 @@ def store_greedy_gets(ctx):
 
 
 # The rows of cohortd under hostile clients, disks and files (scripts/faults/store_hostile.py):
-# registered here, after the rows above, with this module's helpers.
-sys.modules.setdefault("run_faults", sys.modules[__name__])
+# imported here, so that they register after the rows above.
 import store_hostile  # noqa: E402,F401
 
 

@@ -4,7 +4,7 @@ descriptor-starved clients, flooders of the token handshake, a full store (--max
 files that are not files, and a damaged log accepted twice.
 
 run_faults.py imports this module where its rows belong in the table; the rows register themselves
-with its @scenario and use its helpers."""
+with fault_kit's @scenario and use its helpers."""
 import os
 import re
 import signal
@@ -14,8 +14,8 @@ import sys
 import threading
 import time
 
-from run_faults import (authenticated, current_dialect, polite_set_get, raise_nofile, recv_exact,
-                        row, scenario, start_cohortd, status_kib, wire_bytes)
+from fault_kit import (authenticated, current_dialect, polite_set_get, raise_nofile, recv_exact,
+                       row, scenario, start_cohortd, status_kib, wire_bytes)
 
 
 def set_request(key, value):
