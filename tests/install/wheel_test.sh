@@ -4,13 +4,13 @@
 # cohortrun without activating the venv, each running a PyTorch gloo job with 2 workers. The trap it guards against: a python3 on PATH without torch (here the
 # first python3 on PATH that is not the venv's, e.g. pyenv's) must not be the workers'
 # interpreter; the venv's must.
-#   wheel_test.sh <source dir> <work dir> <python with PyTorch 2.x (a venv's)>
+#   wheel_test.sh <source dir> <work dir> <python with PyTorch 2.x (a venv's)> [<wheel build dir>]
 # The fresh venv is made by the PyTorch venv's base interpreter, without system site-packages
 # (Debian's /usr/lib/python3/dist-packages has PyTorch 1.13), and sees the PyTorch venv's
 # site-packages through a .pth file: torch 2.x, nothing else from outside.
 # scikit-build-core comes from the package index once, into ~/.cache/cohort/wheel-build.
 set -euo pipefail
-src=$1 work=$2 torch_python=$3
+src=$1 work=$2 torch_python=$3 wheel_build=${4:-$2.build}
 rm -rf "$work"
 mkdir -p "$work"
 fail() { echo "wheel_test: $*" >&2; exit 1; }
@@ -32,16 +32,18 @@ if command -v ccache >/dev/null; then
 fi
 # cc and c++, as a plain CMake configure picks (the Release build's): scikit-build-core would take
 # Python's gcc and g++, and ccache keys on the compiler's name, so nothing would hit.
-# The build folder is kept beside the work folder, under the build tree (pyproject.toml names
-# none, so that `pip install .` leaves nothing in the clone): its paths relative to the sources
-# are the same in every clone, so ccache hits across clones, and ninja rebuilds only what changed.
+# The build folder is kept (pyproject.toml names none, so that `pip install .` leaves nothing in
+# the clone). ctest puts it beside the test suite's own build folder (build/ -> build-wheel/): ccache
+# keys on the compiler's command line, with paths relative to its working folder, so a build
+# folder as deep as the suite's reuses the objects the suite's build has just made (the same
+# sources, the same Release flags): a CI run from a cold cache compiles them once, not twice.
 (cd "$src" && CC=${CC:-cc} CXX=${CXX:-c++} CMAKE_ARGS="$launcher" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-   "$builder/bin/pip" wheel -v --no-build-isolation --no-deps -C build-dir="$work.build" \
+   "$builder/bin/pip" wheel -v --no-build-isolation --no-deps -C build-dir="$wheel_build" \
    -w "$work/dist" .) >"$work/wheel.log" 2>&1 || fail "pip wheel failed: $(tail -30 "$work/wheel.log")"
 # -v shows what the build does (pip otherwise says only "still running"): CMake's progress.
 grep -qE '^ *\[[0-9]+/[0-9]+\] ' "$work/wheel.log" || grep -q 'ninja: no work to do' "$work/wheel.log" ||
   fail "pip wheel -v showed no build progress: $(tail -30 "$work/wheel.log")"
-[[ -f $work.build/CMakeCache.txt ]] || fail "the wheel was not built in $work.build"
+[[ -f $wheel_build/CMakeCache.txt ]] || fail "the wheel was not built in $wheel_build"
 # A build-dir in pyproject.toml would make every user's `pip install .` leave it in the clone.
 ! grep -q '^build-dir' "$src/pyproject.toml" || fail "pyproject.toml sets a build-dir"
 wheel=$(ls "$work"/dist/cohort-*.whl)
