@@ -13,14 +13,13 @@
 #   scripts/sanitize.sh asan -L store          scripts/sanitize.sh tsan -R Codec
 #
 # Exit status: ctest's (0 when every selected test passed), 2 when configure or build failed.
-# Time on 2 cores: see the table at the end of this header, measured when the script was written.
+# Time on 2 idle cores, from a clean build folder and an empty ccache (2026-12-05): asan build 553 s,
+# tests 121 s; tsan build 242 s, tests 93 s.
 #
 # Environment:
 #   COHORT_SAN_CXX   compiler (default: g++ for asan, clang++ for tsan; see below why)
 #   COHORT_JOBS      build and ctest parallelism (default 2)
 #   COHORT_SAN_BUILD_DIR  build folder (default build-asan / build-tsan)
-#
-# Measured (2 shared cores, clean build folder): see docs in the report of issue 8.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
