@@ -1,12 +1,11 @@
 // For tests that drive an asio loop on the test's own thread: run it until a condition holds, with
-// a deadline in real time, and the text of an error a callback was given.
+// a deadline in real time. (The text of an error a callback was given: cohort::describe, in
+// cohort/error.h.)
 #pragma once
 
 #include <asio/io_context.hpp>
 #include <chrono>
-#include <exception>
 #include <functional>
-#include <string>
 
 namespace cohort::testing {
 
@@ -19,18 +18,6 @@ inline bool run_until(asio::io_context& io, const std::function<bool()>& done,
     io.run_for(std::chrono::milliseconds(2));
   }
   return true;
-}
-
-// what() of the exception in `err` ("" for none, "(not a std::exception)" for anything else).
-inline std::string message_of(std::exception_ptr err) {
-  if (!err) return "";
-  try {
-    std::rethrow_exception(err);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "(not a std::exception)";
-  }
 }
 
 }  // namespace cohort::testing

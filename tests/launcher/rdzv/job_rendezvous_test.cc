@@ -14,6 +14,7 @@
 #include <chrono>
 #include <optional>
 
+#include "cohort/error.h"
 #include "cohort/rdzv/memory_store.h"
 #include "common/loop_until.h"
 #include "rdzv/store_keys.h"
@@ -51,8 +52,6 @@ class TestJob final : public JobRendezvous {
   bool hosts_store_;
   StaticProtocol protocol_;
 };
-
-using testing::message_of;
 
 // What a Done callback was given, once it ran.
 struct Result {
@@ -175,7 +174,7 @@ TEST_F(JobRendezvousTest, TheHostingNodeLeavesTheExitBarrierOnlyOnceTheOthersCou
   EXPECT_FALSE(finish([&](auto done) { other->exit_barrier(0, 2, 5s, done); }))
       << "a node that hosts nothing counts out and leaves";
   ASSERT_TRUE(run_until([&] { return host_out.done; }));
-  EXPECT_FALSE(host_out.error) << message_of(host_out.error);
+  EXPECT_FALSE(host_out.error) << describe(host_out.error);
 }
 
 TEST_F(JobRendezvousTest, AnExitBarrierNobodyElseReachesEndsAtItsTimeoutWithAnError) {
@@ -184,7 +183,7 @@ TEST_F(JobRendezvousTest, AnExitBarrierNobodyElseReachesEndsAtItsTimeoutWithAnEr
   const auto err = finish([&](auto done) { host->exit_barrier(0, 2, 100ms, done); });
   ASSERT_TRUE(err) << "the barrier opened with one node of two";
   EXPECT_GE(std::chrono::steady_clock::now() - start, 100ms);
-  EXPECT_NE(message_of(err).find("timed out"), std::string::npos) << message_of(err);
+  EXPECT_NE(describe(err).find("timed out"), std::string::npos) << describe(err);
 }
 
 TEST_F(JobRendezvousTest, ANodeWaitingInTheLobbySeesOtherRunsNotItsOwn) {
@@ -202,7 +201,7 @@ TEST_F(JobRendezvousTest, ANodeWaitingInTheLobbySeesOtherRunsNotItsOwn) {
     self.since = now;
     self.at = now;
     job.announce_waiting(self, [&](std::exception_ptr err, std::vector<lobby::Waiting> got) {
-      EXPECT_FALSE(err) << message_of(err);
+      EXPECT_FALSE(err) << describe(err);
       others = got;
     });
     EXPECT_TRUE(run_until([&] { return others.has_value(); }));
@@ -233,7 +232,7 @@ TEST_F(JobRendezvousTest, WhenTheStoreMovesTheWatchFollowsAndTheOldStoresErrorsA
   host->move_to(moved_);
   ASSERT_TRUE(run_until([&] { return barrier.done; })) << "the old store's call was not given up";
   EXPECT_FALSE(barrier.error) << "an error of the replaced store was reported: "
-                              << message_of(barrier.error);
+                              << describe(barrier.error);
   // The round's outcome is decided on the new store; the watch, moved with it, delivers it.
   auto other = std::make_unique<TestJob>(io_, *clock_, "run1", moved_, false, 1);
   EXPECT_FALSE(finish([&](auto done) { other->publish_failure(0, 1, 0, {}, done); }));

@@ -39,8 +39,6 @@ std::unique_ptr<TcpStore> dial(const HostPort& where,
   return std::make_unique<TcpStore>(o);
 }
 
-using testing::message_of;
-
 struct Joined {
   std::exception_ptr error;
   RankAssignment assignment;
@@ -97,7 +95,7 @@ TEST_F(StaticJobTest, AOneNodeJobHostsOnAFreePortAndEachRoundsWorkersGetAStoreOf
   EXPECT_FALSE(job->hosts_store()) << "no other node waits on a one-node job's store";
 
   const Joined r0 = join(*job, -1, 0);
-  ASSERT_FALSE(r0.error) << message_of(r0.error);
+  ASSERT_FALSE(r0.error) << describe(r0.error);
   EXPECT_EQ(r0.assignment.round, 0);
   EXPECT_EQ(r0.assignment.world_size, 1);
   const HostPort store0 = job->worker_store(r0.assignment);
@@ -107,7 +105,7 @@ TEST_F(StaticJobTest, AOneNodeJobHostsOnAFreePortAndEachRoundsWorkersGetAStoreOf
 
   publish_failure(*job, 0);
   const Joined r1 = join(*job, 0, 0);
-  ASSERT_FALSE(r1.error) << message_of(r1.error);
+  ASSERT_FALSE(r1.error) << describe(r1.error);
   EXPECT_EQ(r1.assignment.round, 1);
   EXPECT_EQ(r1.assignment.restart_count, 1);
   const HostPort store1 = job->worker_store(r1.assignment);
@@ -154,8 +152,8 @@ TEST_F(StaticJobTest, TwoNodesMeetOnTheMasterStoreAndAgreeOnTheirRanks) {
   auto j0 = start_join(*node0, -1, 0);
   auto j1 = start_join(*node1, -1, 1);
   ASSERT_TRUE(run_until([&] { return j0->has_value() && j1->has_value(); }));
-  ASSERT_FALSE((*j0)->error) << message_of((*j0)->error);
-  ASSERT_FALSE((*j1)->error) << message_of((*j1)->error);
+  ASSERT_FALSE((*j0)->error) << describe((*j0)->error);
+  ASSERT_FALSE((*j1)->error) << describe((*j1)->error);
   const RankAssignment& a0 = (*j0)->assignment;
   const RankAssignment& a1 = (*j1)->assignment;
   EXPECT_EQ(a0.node_rank, 0);
@@ -182,7 +180,7 @@ TEST_F(StaticJobTest, ANodeWhoseMasterAddressDoesNotResolveFailsItsJoinNamingThe
   const auto start = std::chrono::steady_clock::now();
   const Joined j = join(*job, -1, 1);
   ASSERT_TRUE(j.error);
-  const std::string what = message_of(j.error);
+  const std::string what = describe(j.error);
   EXPECT_NE(what.find("no-such-host.invalid:29500"), std::string::npos) << what;
   EXPECT_NE(what.find("--master-addr"), std::string::npos) << what;
   EXPECT_LT(std::chrono::steady_clock::now() - start, 4s) << "it waited for the join timeout";
