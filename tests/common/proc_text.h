@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <string>
 
 namespace cohort::testing {
@@ -36,6 +37,24 @@ inline bool process_alive(pid_t pid) {
   const size_t paren = stat.rfind(')');  // the command name may hold ')' and spaces
   if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
   return stat[paren + 2] != 'Z' && stat[paren + 2] != 'X';
+}
+
+// CPU seconds `pid` has used, user and system, all its threads (fields 14 and 15 of
+// /proc/PID/stat, in clock ticks: 10 ms steps); -1 when it cannot be read. Unlike wall-clock
+// time, another process's load on a shared machine does not add to it.
+inline double process_cpu_seconds(pid_t pid) {
+  const std::string stat = proc_text("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return -1;
+  // After ')': state (field 3), then fields 4..13, then utime and stime.
+  char state = 0;
+  unsigned long long skip = 0, utime = 0, stime = 0;
+  if (std::sscanf(stat.c_str() + paren + 1,
+                  " %c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &state, &skip,
+                  &skip, &skip, &skip, &skip, &skip, &skip, &skip, &skip, &skip, &utime,
+                  &stime) != 13)
+    return -1;
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace cohort::testing

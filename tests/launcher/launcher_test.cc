@@ -201,8 +201,10 @@ TEST_F(LauncherTest, SigkilledCohortrunLeavesNoWorkerBehind) {
           if (process_alive(q)) return false;
         return true;
       },
-      1000ms));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 1000ms);
+      10s));
+  // Gone at once (the parent-death signal), not after the workers' 120 s sleep: the bound leaves a
+  // loaded machine room.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
 }
 
 TEST_F(LauncherTest, TwoStaticNodesFormOneJob) {

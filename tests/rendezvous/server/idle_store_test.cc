@@ -1,10 +1,13 @@
-// cohortd --data-dir holding 400 MB, idle: its loop never pauses for log work (the compaction
-// check used to build a whole snapshot every second: pauses of up to 850 ms at this size).
+// cohortd --data-dir holding 400 MB, idle: its loop does no work in proportion to the data (the
+// compaction check used to build a whole snapshot every second: pauses of up to 850 ms at this
+// size). What is asserted is cohortd's CPU time while idle, which another process's load does not
+// change; the longest probe, a wall-clock figure, is printed and gates nothing.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <thread>
 
+#include "../../common/proc_text.h"
 #include "../../common/subprocess.h"
 #include "cohort/rdzv/tcp_store.h"
 
@@ -29,8 +32,11 @@ TEST(IdleStore, A400MBDataDirStoreDoesNotPauseItsLoop) {
     TcpStore s(o);
     const std::string mb(1 << 20, 'x');
     for (int i = 0; i < 400; ++i) s.set(std::string("k").append(std::to_string(i)), mb);
-    // Idle for 3.5 s (three compaction checks and more), probed with a small GET every 2 ms.
+    // Idle for 3.5 s (three compaction checks and more), probed with a small GET every 10 ms.
     s.set("probe", "p");
+    ASSERT_EQ(s.get("probe"), "p");  // every SET above is handled
+    const double cpu_before = cohort::testing::process_cpu_seconds(cohortd.pid());
+    ASSERT_GE(cpu_before, 0);
     long worst_us = 0;
     auto end = std::chrono::steady_clock::now() + 3500ms;
     int probes = 0;
@@ -41,12 +47,14 @@ TEST(IdleStore, A400MBDataDirStoreDoesNotPauseItsLoop) {
                                               std::chrono::steady_clock::now() - t0)
                                               .count());
       ++probes;
-      std::this_thread::sleep_for(2ms);  // pacing the probe, not waiting for a condition
+      std::this_thread::sleep_for(10ms);  // pacing the probe, not waiting for a condition
     }
-    std::printf("idle 400 MB store: %d probes, worst %.1f ms\n", probes, worst_us / 1000.0);
-    // The target is 50 ms; the bound is generous for a shared machine (a busy one measured
-    // 102 ms), far below the 165-850 ms pauses of a snapshot per check (5.5 s here).
-    EXPECT_LT(worst_us, 300000);
+    const double idle_cpu = cohort::testing::process_cpu_seconds(cohortd.pid()) - cpu_before;
+    std::printf("idle 400 MB store: %d probes, worst %.1f ms; cohortd used %.2f s of CPU\n", probes,
+                worst_us / 1000.0, idle_cpu);
+    // A snapshot per check costs 165-850 ms of CPU at this size, three checks or more here; an idle
+    // loop answering ~350 GETs costs a few ms (tens under a sanitizer).
+    EXPECT_LT(idle_cpu, 0.15) << "cohortd worked while idle: a compaction check built a snapshot?";
     cohortd.signal(SIGTERM);
     EXPECT_TRUE(cohortd.wait(20s));
   }

