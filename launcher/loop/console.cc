@@ -11,6 +11,8 @@
 #include <asio/post.hpp>
 #include <cerrno>
 
+#include "cohort/base/deadline.h"
+
 namespace cohort::launch {
 namespace {
 
@@ -165,11 +167,10 @@ void ConsoleStream::write_blocking(std::string_view text, std::chrono::milliseco
   for (;;) {
     drain_locked();
     if (queue_.empty() || closed_) return;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return;
+    const int left_ms = poll_ms_left(deadline);
+    if (left_ms == 0) return;
     pollfd p{fd_, POLLOUT, 0};
-    ::poll(&p, 1, static_cast<int>(left.count()));
+    ::poll(&p, 1, left_ms);
   }
 }
 

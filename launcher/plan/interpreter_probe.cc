@@ -10,6 +10,8 @@
 #include <sstream>
 #include <utility>
 
+#include "cohort/base/deadline.h"
+
 namespace cohort::launch {
 namespace {
 
@@ -85,14 +87,13 @@ std::optional<InterpreterInfo> finish_probe(pid_t pid, int out, std::chrono::mil
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   bool timed_out = false;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
+    const int left_ms = poll_ms_left(deadline);
+    if (left_ms == 0) {
       timed_out = true;
       break;
     }
     pollfd p{out, POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    const int ready = ::poll(&p, 1, left_ms);
     if (ready < 0 && errno != EINTR) break;
     // Nothing to read yet (the time is up, or a signal): never a read that blocks, which would
     // wait as long as a hung interpreter does.

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <vector>
 
+#include "cohort/base/deadline.h"
 #include "cohort/base/net.h"
 #include "cohort/error.h"
 
@@ -54,14 +55,13 @@ bool read_line(int fd, std::chrono::milliseconds timeout, std::string* line, boo
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   *timed_out = false;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
+    const int left_ms = poll_ms_left(deadline);
+    if (left_ms == 0) {
       *timed_out = true;
       return false;
     }
     pollfd p{fd, POLLIN, 0};
-    int r = ::poll(&p, 1, static_cast<int>(left.count()));
+    int r = ::poll(&p, 1, left_ms);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) continue;
     char c;

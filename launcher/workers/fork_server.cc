@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cohort/base/deadline.h"
 #include "cohort/base/worker_env_names.h"
 #include "cohort/error.h"
 #include "failure/failure.h"
@@ -67,11 +68,10 @@ std::optional<std::string> receive(int channel, std::chrono::milliseconds timeou
     if (n >= 0) return std::string(buf, static_cast<size_t>(n));
     if (errno == EINTR) continue;
     if (errno != EAGAIN) return std::string();
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return std::nullopt;
+    const int left_ms = poll_ms_left(deadline);
+    if (left_ms == 0) return std::nullopt;
     pollfd p{channel, POLLIN, 0};
-    ::poll(&p, 1, static_cast<int>(left.count()));
+    ::poll(&p, 1, left_ms);
   }
 }
 

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <string>
 
+#include "cohort/base/deadline.h"
+
 namespace cohort::launch {
 namespace {
 
@@ -78,11 +80,10 @@ bool wait_empty(const std::string& dir, int wait_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   bool populated = populated_in(fd);
   while (populated) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
+    const int left_ms = poll_ms_left(deadline);
+    if (left_ms == 0) break;
     pollfd p{fd, POLLPRI, 0};
-    ::poll(&p, 1, static_cast<int>(std::min<long>(left.count(), 100)));
+    ::poll(&p, 1, std::min(left_ms, 100));
     populated = populated_in(fd);
   }
   ::close(fd);

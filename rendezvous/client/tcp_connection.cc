@@ -14,17 +14,12 @@
 #include <random>
 #include <thread>
 
+#include "cohort/base/deadline.h"
 #include "cohort/base/net.h"
 #include "cohort/base/random.h"
 
 namespace cohort::detail {
 namespace {
-
-int remaining_ms(Clock::time_point deadline) {
-  auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-  if (left.count() <= 0) return 0;
-  return static_cast<int>(std::min<int64_t>(left.count(), 1 << 30));
-}
 
 // How often a wait looks at its owner's abandon flag: a connection being abandoned (an agent
 // stopping) is given up within this, even while a server that accepted it never answers.
@@ -37,7 +32,7 @@ bool wait_fd(int fd, short events, Clock::time_point deadline,
   for (;;) {
     if (abandon != nullptr && abandon->load()) throw ConnectionLost("abandoned by its owner");
     pollfd p{fd, events, 0};
-    int ms = remaining_ms(deadline);
+    int ms = poll_ms_left(deadline);
     if (abandon != nullptr) ms = std::min(ms, kAbandonCheckMs);
     int rc = ::poll(&p, 1, ms);
     if (rc > 0) return true;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cohort/base/accept_failures.h"
+#include "cohort/base/deadline.h"
 #include "cohort/base/logging.h"
 #include "cohort/base/net.h"
 #include "cohort/rdzv/relay_wire.h"
@@ -138,10 +139,9 @@ class StoreRelay::Impl final : public std::enable_shared_from_this<StoreRelay::I
     }
     if (::connect(fd, to.data(), static_cast<socklen_t>(to.size())) != 0) {
       if (errno != EINPROGRESS) return failed(errno);
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+      const int left_ms = poll_ms_left(deadline);
       pollfd p{fd, POLLOUT, 0};
-      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) != 1)
-        return failed(ETIMEDOUT);
+      if (left_ms == 0 || ::poll(&p, 1, left_ms) != 1) return failed(ETIMEDOUT);
       int err = 0;
       socklen_t len = sizeof(err);
       ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
@@ -173,8 +173,8 @@ class StoreRelay::Impl final : public std::enable_shared_from_this<StoreRelay::I
     size_t got = 0;
     while (!ec && got < welcome.size()) {
       pollfd p{link_.native_handle(), POLLIN, 0};
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) == 0) {
+      const int left_ms = poll_ms_left(deadline);
+      if (left_ms == 0 || ::poll(&p, 1, left_ms) == 0) {
         throw RelayUnavailable("the store at " + store_address_ +
                                " did not answer the relay link's hello within " +
                                std::to_string(options_.connect_timeout.count()) +
