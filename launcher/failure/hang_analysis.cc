@@ -416,11 +416,10 @@ HangReport analyse_hang(const std::vector<RankProbe>& ranks, double hang_timeout
     std::set<int> awaited;
     for (const auto& f : findings)
       for (const auto& [r, why] : f.culprits) awaited.insert(r);
-    std::vector<int> progressing, stalled;
+    std::vector<int> stalled;
     for (const auto& r : ranks) {
-      if (r.silent_s < hang_timeout_s) {
-        progressing.push_back(r.rank);
-      } else if (r.beaten && !waiting_ranks.count(r.rank) && !awaited.count(r.rank)) {
+      if (r.silent_s >= hang_timeout_s && r.beaten && !waiting_ranks.count(r.rank) &&
+          !awaited.count(r.rank)) {
         bool inside = false;
         if (r.answer) {
           for (const auto& c : r.answer->collectives) inside = inside || !c.done;
@@ -436,6 +435,14 @@ HangReport analyse_hang(const std::vector<RankProbe>& ranks, double hang_timeout
     };
     for (int r : stalled) {
       const RankProbe& p = *by_rank.at(r);
+      // The ranks that still beat: within the timeout, and at least half a timeout after this one
+      // went silent. Ranks that went quiet together (an evaluation after a step in lockstep) fall
+      // silent milliseconds apart, so one probe can find this rank just past the timeout and the
+      // others just short of it: that is not "the others still beat".
+      std::vector<int> progressing;
+      for (const auto& q : ranks)
+        if (q.silent_s < hang_timeout_s && q.silent_s + hang_timeout_s / 2 <= p.silent_s)
+          progressing.push_back(q.rank);
       if (progressing.empty() && !judged_by_beats(p)) continue;
       report.hung_for_s = std::max(report.hung_for_s, p.silent_s);
       const std::string why =

@@ -234,6 +234,22 @@ TEST(HangAnalysis, ARankThatStoppedWhileTheOthersBeatIsHungAndOneThatNeverBeatIs
             HangReport::Verdict::kQuiet);
 }
 
+TEST(HangAnalysis, RanksThatFellSilentTogetherAreQuietWhenAProbeFindsOnlyOnePastTheTimeout) {
+  // An evaluation after a step in lockstep: rank 1's last beat came 20 ms before rank 0's, and the
+  // probe came at 2.00 s of rank 1's silence (the CI run that found it: "no heartbeat for 2.0 s
+  // while rank 0 still beat"). Nobody is inside a collective: quiet, at this probe and later ones.
+  ProbeAnswer a0 = answer(100, "train.py", 60, "evaluate");
+  ProbeAnswer a1 = answer(101, "train.py", 60, "evaluate");
+  EXPECT_EQ(analyse_hang({rank(0, a0, 1.98), rank(1, a1, 2.0)}, 2).verdict,
+            HangReport::Verdict::kQuiet);
+  EXPECT_EQ(analyse_hang({rank(0, a0, 5.98), rank(1, a1, 6.0)}, 2).verdict,
+            HangReport::Verdict::kQuiet);
+  // Rank 0 beat a whole second after rank 1 went silent (half the timeout): it still beats.
+  HangReport r = analyse_hang({rank(0, a0, 1.0), rank(1, a1, 2.0)}, 2);
+  ASSERT_EQ(r.verdict, HangReport::Verdict::kHung);
+  EXPECT_EQ(r.culprits[0].rank, 1);
+}
+
 TEST(HangAnalysis, AScriptWithoutTorchIsJudgedByItsBeatsAloneAsBefore) {
   // One rank, no PyTorch imported, no groups: silent for the timeout after beating is a hang, as
   // it was before hang probes. The same rank with PyTorch and no collective under way is quiet (an
