@@ -83,18 +83,17 @@ class RelayNetnsTest : public LauncherTest {
             "--master-addr", addr(1),
             "--master-port", "29511"};
   }
+  // No node is lost in these tests: a keep-alive window of 5 s, not 1.5 s. Four PyTorch workers
+  // importing torch beside another test once made a node miss a 1.5 s window on a 2-core machine,
+  // and the agent-hosted store was then moved away from a live node.
   static std::vector<std::string> elastic_flags(const std::string& nnodes,
                                                 const std::string& endpoint) {
-    return {"--nnodes",
-            nnodes,
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            endpoint,
-            "--rdzv-id",
-            "relayjob",
-            "--rdzv-conf",
-            "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=3"};
+    return {
+        "--nnodes",        nnodes,
+        "--rdzv-backend",  "c10d",
+        "--rdzv-endpoint", endpoint,
+        "--rdzv-id",       "relayjob",
+        "--rdzv-conf",     "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=5"};
   }
   // relay_worker.py's mark of `rank` in `restart`: MASTER_ADDR, MASTER_PORT, its node's address.
   std::vector<std::string> mark(int rank, int restart) {
