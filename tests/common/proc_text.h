@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
+#include <sstream>
 #include <string>
 
 namespace cohort::testing {
@@ -46,15 +46,12 @@ inline double process_cpu_seconds(pid_t pid) {
   const std::string stat = proc_text("/proc/" + std::to_string(pid) + "/stat");
   const size_t paren = stat.rfind(')');
   if (paren == std::string::npos) return -1;
-  // After ')': state (field 3), then fields 4..13, then utime and stime.
-  char state = 0;
-  unsigned long long skip = 0, utime = 0, stime = 0;
-  if (std::sscanf(stat.c_str() + paren + 1,
-                  " %c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &state, &skip,
-                  &skip, &skip, &skip, &skip, &skip, &skip, &skip, &skip, &skip, &utime,
-                  &stime) != 13)
-    return -1;
-  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  std::istringstream fields(stat.substr(paren + 1));
+  std::string skipped;  // state (field 3), then fields 4 to 13
+  for (int field = 3; field <= 13; ++field) fields >> skipped;
+  double utime = 0, stime = 0;
+  if (!(fields >> utime >> stime)) return -1;
+  return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace cohort::testing
