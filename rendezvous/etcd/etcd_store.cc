@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cohort/base/deadline.h"
 #include "cohort/base/net.h"
 #include "cohort/error.h"
 #include "etcd/etcd_json.h"
@@ -374,8 +375,9 @@ void EtcdStore::wait(std::span<const std::string> keys, std::chrono::millisecond
         r = read(key);
       }
       if (r.found) break;
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) {
+      // Rounded up, so that the wait never ends before its deadline (cohort/base/deadline.h).
+      const std::chrono::milliseconds left(poll_ms_left(deadline));
+      if (left.count() == 0) {
         throw StoreTimeoutError("wait timed out after " + std::to_string(timeout.count()) +
                                     " ms on " + base_url_ + "; key not set: '" + key + "'",
                                 key, base_url_);
