@@ -37,11 +37,12 @@ bool HeartbeatParser::feed(std::string_view bytes) {
       }
       continue;
     }
-    if (c == kReportStart || c == kHelloStart) {
+    if (c == kReportStart || c == kModuleReportStart || c == kHelloStart) {
       line_kind_ = c;
       line_.clear();
     } else {
       alive = true;  // a beat: any other byte
+      if (c != kModuleBeat) beaten_by_hand_ = true;
     }
   }
   return alive;
@@ -94,10 +95,11 @@ bool HeartbeatParser::finish_line() {
   bool report = false;
   if (line_.size() > kMaxReportLine) {
     ++malformed_;
-  } else if (kind == kReportStart) {
+  } else if (kind == kReportStart || kind == kModuleReportStart) {
     if (auto r = parse_report(line_)) {
       last_step_ = r;
       report = true;
+      if (kind == kReportStart) beaten_by_hand_ = true;
     } else {
       ++malformed_;
     }

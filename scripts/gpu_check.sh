@@ -507,11 +507,10 @@ hang_check_() {
   local base t0 t_hang="" rc=0 job freed
   base=$(gpu_mem_used)
   t0=$(now)
-  # --no-cohort-module: this worker has no process group, so with cohortrun's worker module it
-  # would answer hang probes and, inside no collective, be judged quiet (docs/HANGS.md: a phase
-  # with no collective under way is never a hang); it beats by hand, and without the module its
-  # beats judge it, as they did for every worker before hang probes.
-  env "LD_LIBRARY_PATH=$LDP" "$BIN/cohortrun" --standalone --nproc-per-node 1 --no-cohort-module \
+  # With cohortrun's worker module, as users run it: this worker is in no process group and beats
+  # by hand, so its beats judge it (docs/HANGS.md's table); the probe's answer, or SIGABRT when
+  # the main thread holds the GIL in the driver, gives its stack.
+  env "LD_LIBRARY_PATH=$LDP" "$BIN/cohortrun" --standalone --nproc-per-node 1 \
     --worker-hang-timeout 5 --no-python "${PYWORKER[@]}" hang 4 >"$WORK/hang.log" 2>&1 &
   job=$!
   while kill -0 "$job" 2>/dev/null; do

@@ -428,10 +428,14 @@ HangReport analyse_hang(const std::vector<RankProbe>& ranks, double hang_timeout
         if (!inside) stalled.push_back(r.rank);
       }
     }
-    // A process with neither PyTorch nor libcohort's groups (a script that beats by hand) has no
-    // collective to tell a quiet phase from a hang: its beats judge it alone, as they always did.
+    // A process in no group has no collective to tell a quiet phase from a hang. Its beats judge
+    // it alone, as they did before hang probes, when they promise to go on in every phase: beats
+    // by hand (the worker module's own come only from optimizer steps, heartbeat_line.h), or any
+    // beat from a process without PyTorch, whose beats the module cannot make. A rank that beat
+    // by hand and does not answer is judged the same: nothing it said shows a group.
     auto judged_by_beats = [](const RankProbe& p) {
-      return p.answer && !p.answer->torch && p.answer->groups.empty();
+      if (!p.answer) return p.beaten_by_hand;
+      return p.answer->groups.empty() && (!p.answer->torch || p.beaten_by_hand);
     };
     for (int r : stalled) {
       const RankProbe& p = *by_rank.at(r);
@@ -446,9 +450,10 @@ HangReport analyse_hang(const std::vector<RankProbe>& ranks, double hang_timeout
       if (progressing.empty() && !judged_by_beats(p)) continue;
       report.hung_for_s = std::max(report.hung_for_s, p.silent_s);
       const std::string why =
-          progressing.empty()
-              ? ", and it uses no collective that could tell a quiet phase from a hang"
-              : " while " + ranks_phrase(progressing) + " still beat, and inside no collective";
+          !progressing.empty()
+              ? " while " + ranks_phrase(progressing) + " still beat, and inside no collective"
+          : p.answer ? ", and it uses no collective that could tell a quiet phase from a hang"
+                     : " after beating by hand";
       culprits.emplace(
           r,
           "hung: no heartbeat for " + seconds(p.silent_s) + why +

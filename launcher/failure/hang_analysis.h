@@ -43,6 +43,7 @@ struct RankProbe {
   // Seconds since its last beat, or since it said hello when it never beat (cohortrun's clock).
   double silent_s = 0;
   bool beaten = false;                            // it beat at least once
+  bool beaten_by_hand = false;                    // its own code beat (heartbeat_line.h)
   std::optional<hang_probe::ProbeAnswer> answer;  // nullopt: it did not answer
   std::string no_answer;                          // why, in words ("no answer within 2 s")
   std::string gpu;                                // its GPU's notable condition ("" when none)

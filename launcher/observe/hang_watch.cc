@@ -36,8 +36,13 @@ std::string encode_node_answers(int node_rank, const std::string& host,
   json ws = json::array();
   for (size_t i = 0; i < workers.size(); ++i) {
     const RankProbe& w = workers[i];
-    json x = {{"rank", w.rank},         {"local_rank", w.local_rank}, {"pid", w.pid},
-              {"silent_s", w.silent_s}, {"beaten", w.beaten},         {"gpu", w.gpu}};
+    json x = {{"rank", w.rank},
+              {"local_rank", w.local_rank},
+              {"pid", w.pid},
+              {"silent_s", w.silent_s},
+              {"beaten", w.beaten},
+              {"gpu", w.gpu},
+              {"by_hand", w.beaten_by_hand}};
     if (i < answers.size() && answers[i]) {
       x["answer"] = *answers[i];  // the worker's line, as it wrote it
     } else {
@@ -82,6 +87,7 @@ std::vector<RankProbe> ranks_from_answers(const RankAssignment& a,
         p.pid = w.value("pid", 0);
         p.silent_s = w.value("silent_s", 0.0);
         p.beaten = w.value("beaten", false);
+        p.beaten_by_hand = w.value("by_hand", false);
         p.gpu = w.value("gpu", "");
         if (w.contains("answer") && w["answer"].is_string()) {
           try {
@@ -216,6 +222,7 @@ void HangWatch::ask_workers() {
                     p.no_answer = r.no_answer;
                     const WorkerReading& w = readings.at(static_cast<size_t>(r.local_rank));
                     p.beaten = w.last_beat.has_value();
+                    p.beaten_by_hand = w.beaten_by_hand;
                     if (w.last_beat) {
                       p.silent_s = seconds_of(now - *w.last_beat);
                     } else if (w.hello_at) {

@@ -413,7 +413,8 @@ std::vector<WorkerReading> WorkerGroup::readings() const {
   out.reserve(workers_.size());
   for (const auto& w : workers_) {
     out.push_back({w->spec.local_rank, w->pid, w->running, !w->running && w->wait_status != 0,
-                   w->last_beat, w->beats.last_step(), w->hello_at, w->answers_probes()});
+                   w->last_beat, w->beats.beaten_by_hand(), w->beats.last_step(), w->hello_at,
+                   w->answers_probes()});
   }
   return out;
 }

@@ -102,6 +102,9 @@ struct WorkerReading {
   bool running = false;
   bool failed = false;  // exited and reported with a failure status
   std::optional<std::chrono::steady_clock::time_point> last_beat;
+  // Whether it beat by hand (its own code, not only the worker module's optimizer hook:
+  // heartbeat_line.h), a promise that it beats through every phase.
+  bool beaten_by_hand = false;
   std::optional<heartbeat_pipe::StepReport> last_step;
   // When the process holding its descriptors said hello, and whether it answers hang probes.
   std::optional<std::chrono::steady_clock::time_point> hello_at;

@@ -37,12 +37,12 @@ def after_step(optimizer, *_):
     s = steps
     if s.optimizer != id(optimizer):
         if s.optimizer is not None:
-            heartbeat.beat()  # another optimizer's step: a beat, not timed
+            heartbeat.auto_beat()  # another optimizer's step: a beat, not timed
             return
         s.optimizer = id(optimizer)
     s.count += 1
     if s.last_end is None:
-        heartbeat.beat()
+        heartbeat.auto_beat()
     else:
         step_s = now - s.last_end
         b = s.backward_s

@@ -15,6 +15,10 @@ entered. A worker may still beat by hand:
 
     cohort.beat()
 
+Beats by hand are a promise to beat in every phase: a worker in no process group (a one-GPU
+script) that beat by hand and then stays silent for --worker-hang-timeout is judged hung, where
+the beats the module makes on optimizer steps alone promise nothing of a phase without steps.
+
 A training loop can also say how far it is and how long its steps take, for cohortrun's metrics,
 `cohortctl status` and its straggler check (comm_seconds: the step's time in communication):
 

@@ -41,6 +41,33 @@ TEST(HeartbeatLine, BeatsAndReportsCutAnywhereAreRead) {
   EXPECT_EQ(s.last_step()->step, 43);
 }
 
+TEST(HeartbeatLine, TheWorkerModulesOwnBeatsAndReportsAreNotBeatsByHand) {
+  // The module's beats on optimizer steps ('a', "A ...") keep the worker alive but promise no beat
+  // in a phase without steps; anything else is the script's own.
+  HeartbeatParser module;
+  EXPECT_TRUE(module.feed(std::string(1, kModuleBeat)));
+  EXPECT_TRUE(module.feed("A 7 0.25 128 0.05\n"));
+  ASSERT_TRUE(module.last_step().has_value());
+  EXPECT_EQ(module.last_step()->step, 7);
+  EXPECT_EQ(module.malformed(), 0u);
+  EXPECT_FALSE(module.beaten_by_hand());
+  EXPECT_FALSE(module.feed("H 1 10 probe\n"));
+  EXPECT_FALSE(module.beaten_by_hand());  // a hello is no beat at all
+  module.feed("A 8 0.25 128 0.05\nS 9 0.25 128 0.05\n");
+  EXPECT_TRUE(module.beaten_by_hand());
+  EXPECT_EQ(module.last_step()->step, 9);
+
+  for (const std::string& by_hand : {std::string(1, kBeat), std::string("x")}) {
+    HeartbeatParser p;
+    EXPECT_TRUE(p.feed(std::string(1, kModuleBeat) + by_hand));
+    EXPECT_TRUE(p.beaten_by_hand()) << by_hand;
+  }
+  // A malformed report by hand is no beat, and so not one by hand either.
+  HeartbeatParser bad;
+  EXPECT_FALSE(bad.feed("S nonsense\n"));
+  EXPECT_FALSE(bad.beaten_by_hand());
+}
+
 TEST(HeartbeatLine, MalformedAndOverlongLinesAreDroppedWhole) {
   HeartbeatParser s;
   s.feed("S 1 0.1 10 0.01\n");

@@ -55,6 +55,36 @@ TEST_F(LauncherTest, AScriptWithoutTorchThatBeatsAndStallsIsHungAsBefore) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);  // not its 600 s sleep
 }
 
+TEST_F(LauncherTest, APyTorchScriptInNoGroupThatBeatsByHandAndStallsIsHung) {
+  COHORT_REQUIRE_TORCH();
+  // One rank with PyTorch and no process group (a one-GPU script) under the worker module. Its
+  // beats by hand promise a beat in every phase, so its silence judges it.
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run(cohortrun({"--nproc-per-node", "1", "--worker-hang-timeout", "2"},
+                         {COHORT_SOURCE_DIR "/tests/interop/torch_beat_then_stall.py"}),
+               {"BEAT_BY_HAND=1"}, 120s);
+  ASSERT_EQ(r.exit_code(), 1) << r.err;
+  const auto root = r.err.find("Root Cause");
+  ASSERT_NE(root, std::string::npos) << r.err;
+  const std::string summary = r.err.substr(root);
+  EXPECT_NE(summary.find("reason    : hung: no heartbeat for"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("in stuck_in_a_kernel"), std::string::npos) << summary;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 60s);  // not its 600 s sleep
+}
+
+TEST_F(LauncherTest, APyTorchScriptInNoGroupWhoseOnlyBeatsAreItsOptimizerStepsIsQuietWhenItStops) {
+  COHORT_REQUIRE_TORCH();
+  // The same script without beats by hand: the worker module beat on its optimizer steps, which
+  // promise nothing of a phase without steps. 5 s without one, against a 2 s timeout, is quiet,
+  // and the job finishes.
+  auto r = run(cohortrun({"--nproc-per-node", "1", "--worker-hang-timeout", "2"},
+                         {COHORT_SOURCE_DIR "/tests/interop/torch_beat_then_stall.py"}),
+               {"STALL_S=5"}, 120s);
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.err.find("hung"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("done"), std::string::npos) << r.out;
+}
+
 TEST_F(LauncherTest, WithoutTheCohortModuleAnUnchangedScriptNeverBeats) {
   COHORT_REQUIRE_TORCH();
   // Rank 1 stalls for 4 s, twice the hang timeout, and then finishes: without the worker module

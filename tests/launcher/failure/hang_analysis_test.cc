@@ -267,6 +267,40 @@ TEST(HangAnalysis, AScriptWithoutTorchIsJudgedByItsBeatsAloneAsBefore) {
   EXPECT_EQ(analyse_hang({rank(0, plain, 4, false)}, 3).verdict, HangReport::Verdict::kQuiet);
 }
 
+TEST(HangAnalysis, APyTorchRankInNoGroupThatBeatsByHandIsJudgedByItsBeats) {
+  // One rank with PyTorch and no process group (a single-GPU script): the worker module's own
+  // beats come only from optimizer steps, so its silence is quiet (an evaluation); beats by hand
+  // promise to go on in every phase, so the same silence after them is a hang.
+  RankProbe module_beats = rank(0, answer(100, "train.py", 7, "evaluate"), 4);
+  EXPECT_EQ(analyse_hang({module_beats}, 3).verdict, HangReport::Verdict::kQuiet);
+  RankProbe hand_beats = module_beats;
+  hand_beats.beaten_by_hand = true;
+  HangReport r = analyse_hang({hand_beats}, 3);
+  ASSERT_EQ(r.verdict, HangReport::Verdict::kHung) << r.summary;
+  EXPECT_EQ(r.culprits[0].rank, 0);
+  EXPECT_EQ(r.culprits[0].reason,
+            "hung: no heartbeat for 4.0 s, and it uses no collective that could tell a quiet "
+            "phase from a hang");
+  EXPECT_NE(r.culprits[0].stack.find("evaluate"), std::string::npos) << r.culprits[0].stack;
+  // Short of the timeout: not yet.
+  hand_beats.silent_s = 2.5;
+  EXPECT_NE(analyse_hang({hand_beats}, 3).verdict, HangReport::Verdict::kHung);
+  // Beating by hand, but in a group: the group's collectives judge it, not its silence.
+  ProbeAnswer in_group = answer(100, "train.py", 7, "evaluate");
+  on_fr(&in_group, 1, 26, 0);
+  RankProbe grouped = rank(0, in_group, 4);
+  grouped.beaten_by_hand = true;
+  EXPECT_EQ(analyse_hang({grouped}, 3).verdict, HangReport::Verdict::kQuiet);
+  // No answer (its main thread holds the GIL in native code): its beats by hand judge it.
+  RankProbe silent = rank(0, std::nullopt, 4);
+  EXPECT_EQ(analyse_hang({silent}, 3).verdict, HangReport::Verdict::kQuiet);
+  silent.beaten_by_hand = true;
+  r = analyse_hang({silent}, 3);
+  ASSERT_EQ(r.verdict, HangReport::Verdict::kHung) << r.summary;
+  EXPECT_EQ(r.culprits[0].reason,
+            "hung: no heartbeat for 4.0 s after beating by hand (no answer in time)");
+}
+
 TEST(HangAnalysis, AWaitForARankThatWaitsItselfLeadsToTheRankThatWaitsForNobody) {
   // Group "a" = {0, 1}: rank 0 waits in collective 5, rank 1 issued 4. Rank 1 waits in group
   // "b" = {1, 2} for rank 2, which never entered it: rank 2 is the culprit, not rank 1.

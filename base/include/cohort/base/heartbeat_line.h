@@ -3,10 +3,16 @@
 // cohortrun, which reads it.
 //
 // The worker writes to the descriptor named by COHORT_HEARTBEAT_FD (worker_env_names.h):
-//   - a beat: any single byte other than 'S' and 'H' (libcohort and the Python module write 'b');
+//   - a beat: any single byte other than 'S', 'A' and 'H'. The worker's own code writes 'b'
+//     (libcohort, cohort.beat(), a script writing to the pipe); cohortrun's Python worker module
+//     writes 'a' for the beats it makes by itself, on an optimizer step;
 //   - a step report, one line: "S <step> <step_s> <items_per_s> <comm_s>\n" with <step> a
 //     non-negative integer and the rest non-negative decimals (printf's %.6g). A report is also a
-//     beat.
+//     beat. "A ..." is the same report made by the worker module by itself (its optimizer hook).
+//   Beats by hand ('b', "S") are a promise: the worker beats through every phase, so its silence
+//   alone may judge it hung when it has no collective to be judged by (launcher/failure/
+//   hang_analysis.h). The module's beats ('a', "A") promise nothing of the kind: an evaluation
+//   without optimizer steps is silent.
 //   - hello, one line: "H <version> <pid> <features>\n", written once by the process that took
 //     the worker's descriptors (the worker itself, or a process a fork server forked for it):
 //     <version> kHelloVersion, <pid> that process, <features> a comma-separated list ("-" when
@@ -27,10 +33,14 @@
 
 namespace cohort::heartbeat_pipe {
 
-// The byte a beat writes.
+// The byte a beat by hand writes.
 inline constexpr char kBeat = 'b';
-// The byte that starts a step report.
+// The byte the worker module writes for a beat of its own (an optimizer step).
+inline constexpr char kModuleBeat = 'a';
+// The byte that starts a step report by hand.
 inline constexpr char kReportStart = 'S';
+// The byte that starts a step report the worker module made by itself.
+inline constexpr char kModuleReportStart = 'A';
 // The byte that starts a hello.
 inline constexpr char kHelloStart = 'H';
 // A line longer than this (after its first byte) is malformed.
@@ -74,6 +84,8 @@ class HeartbeatParser {
   const std::optional<StepReport>& last_step() const { return last_step_; }
   // The last hello that parsed, if any.
   const std::optional<Hello>& hello() const { return hello_; }
+  // Whether a beat or a report by hand came (anything but the worker module's own, 'a' and "A").
+  bool beaten_by_hand() const { return beaten_by_hand_; }
   // How many lines were dropped.
   uint64_t malformed() const { return malformed_; }
 
@@ -86,6 +98,7 @@ class HeartbeatParser {
   std::string line_;    // a line being read, after its first byte
   char line_kind_ = 0;  // its first byte; 0: not in a line
   uint64_t malformed_ = 0;
+  bool beaten_by_hand_ = false;
 };
 
 }  // namespace cohort::heartbeat_pipe
