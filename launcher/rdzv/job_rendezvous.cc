@@ -54,8 +54,13 @@ void JobRendezvous::open_relay(
 
 void JobRendezvous::move_store(StoreBridge::StoreFactory factory) {
   ++store_generation_;
-  // The old bridge's destructor interrupts its blocked calls; what they post back is filtered
-  // by unless_moved() (operations) or never delivered (the watch).
+  // Every callback of the old store's operations still runs, so that no step waits for one
+  // forever (a status record or a hang poll queued behind a call the lost store never answers
+  // would keep its sender "busy" for good): the queued ones are given up with an error, and the
+  // old bridge's destructor interrupts the blocked ones. unless_moved() turns their errors into
+  // success for the round's own operations, whose round the move ends anyway; the watch is
+  // replaced below and its old callbacks never run.
+  bridge_->drop_queued("not sent: the rendezvous store moved before this call ran");
   bridge_ = std::make_unique<StoreBridge>(io_.get_executor(), std::move(factory),
                                           keys::run_prefix(run_id_));
   if (watched_round_ >= 0) watch_outcome(watched_round_, on_outcome_, on_watch_error_);

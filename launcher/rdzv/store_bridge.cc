@@ -4,6 +4,8 @@
 
 #include <asio/post.hpp>
 
+#include "cohort/error.h"
+
 namespace cohort::launch {
 
 StoreBridge::StoreBridge(asio::any_io_executor loop, StoreFactory factory, std::string run_prefix)
@@ -48,7 +50,7 @@ void StoreBridge::work(Worker& w, const char* name) {
       job = std::move(w.jobs.front());
       w.jobs.pop_front();
     }
-    job();
+    job.run();
   }
 }
 
@@ -69,6 +71,20 @@ void StoreBridge::submit(Worker& w, Job job) {
   w.cv.notify_one();
 }
 
+void StoreBridge::drop_queued(const std::string& why) {
+  const auto error = std::make_exception_ptr(StoreError(why, "", ""));
+  for (Worker* w : {&ops_worker_, &watch_worker_, &urgent_worker_, &status_worker_}) {
+    std::deque<Job> dropped;
+    {
+      std::lock_guard lock(w->mu);
+      dropped.swap(w->jobs);
+    }
+    for (Job& job : dropped) {
+      if (job.give_up) job.give_up(error);
+    }
+  }
+}
+
 void StoreBridge::run(std::function<void(Store&)> op, Done done) {
   run_on(ops_worker_, std::move(op), std::move(done));
 }
@@ -86,7 +102,11 @@ void StoreBridge::run_status_unscoped(std::function<void(Store&)> op, Done done)
 }
 
 void StoreBridge::run_on(Worker& w, std::function<void(Store&)> op, Done done, bool unscoped) {
-  submit(w, [this, &w, op = std::move(op), done = std::move(done), unscoped] {
+  Job job;
+  job.give_up = [this, done](std::exception_ptr err) {
+    asio::post(loop_, [done, err] { done(err); });
+  };
+  job.run = [this, &w, op = std::move(op), done = std::move(done), unscoped] {
     std::exception_ptr err;
     try {
       Store& scoped = store(w);
@@ -97,14 +117,16 @@ void StoreBridge::run_on(Worker& w, std::function<void(Store&)> op, Done done, b
     // Moved: the loop holds the only reference, so the exception is freed where it was read
     // (its reference count is invisible to ThreadSanitizer, which saw this thread free it).
     asio::post(loop_, [done, err = std::move(err)] { done(err); });
-  });
+  };
+  submit(w, std::move(job));
 }
 
 void StoreBridge::watch(std::string key, std::function<void(std::string)> on_value,
                         std::function<void(std::string)> on_error) {
   int generation = ++*watch_generation_;
   auto current = watch_generation_;
-  submit(watch_worker_, [this, key, generation, current, on_value, on_error] {
+  Job job;  // no give_up: a watch that is replaced or dropped never calls back
+  job.run = [this, key, generation, current, on_value, on_error] {
     if (*current != generation) return;
     try {
       Store& watch = store(watch_worker_);
@@ -120,7 +142,8 @@ void StoreBridge::watch(std::string key, std::function<void(std::string)> on_val
         if (*current == generation) on_error(what);
       });
     }
-  });
+  };
+  submit(watch_worker_, std::move(job));
 }
 
 }  // namespace cohort::launch

@@ -8,7 +8,9 @@
 // records (run_status()), which must neither wait behind an elastic agent's blocking membership
 // watch nor hold up an abort while the store is out of reach. Results are posted back to the loop's
 // executor. The bridge knows nothing of what the keys mean. Joined in the destructor, which
-// interrupts whatever call is still blocked.
+// interrupts whatever call is still blocked and drops what is still queued (the owner is going
+// away: no callback of a dropped operation runs); drop_queued() first gives every queued
+// operation's callback an error instead, for an owner that goes on without this bridge.
 //
 // Thread safety: call the public methods from the loop thread; callbacks run on the loop thread.
 #pragma once
@@ -66,8 +68,19 @@ class StoreBridge {
   void watch(std::string key, std::function<void(std::string)> on_value,
              std::function<void(std::string)> on_error);
 
+  // Every operation still queued on any thread, not yet begun, is given up: its callback gets a
+  // StoreError saying `why`, posted to the loop as results are. A call already running goes on
+  // (the destructor interrupts it); the watch is left alone. For JobRendezvous::move_store(),
+  // which replaces this bridge and must not leave a step waiting for a callback that never comes.
+  void drop_queued(const std::string& why);
+
  private:
-  using Job = std::function<void()>;
+  struct Job {
+    std::function<void()> run;
+    // Posts the operation's callback with an error, when it is given up unrun; empty for the
+    // watch (a replaced watch never calls back).
+    std::function<void(std::exception_ptr)> give_up;
+  };
   struct Worker {
     std::mutex mu;
     std::condition_variable cv;

@@ -223,16 +223,30 @@ TEST_F(JobRendezvousTest, WhenTheStoreMovesTheWatchFollowsAndTheOldStoresErrorsA
   host->watch_outcome(
       0, [&](Outcome o) { seen = o; }, [](std::string) {});
   // A call blocked on the old store (the barrier waits for a node that will not come there).
-  // Moved only once it blocks there: a call still queued when the store moves is dropped with the
-  // old bridge, and its callback never runs (StoreBridge's destructor clears its queues).
   Result barrier;
   host->exit_barrier(0, 2, 5s, barrier.callback());
   const std::string count = keys::run_prefix("run1") + "/" + keys::exit_count(0);
   ASSERT_TRUE(run_until([&] { return store_.check(std::vector<std::string>{count}); }));
+  // Calls queued behind it when the store moves: never sent, but their callbacks run, so that
+  // nothing waits for them for good. The round's own operation is moot (the move ends the round):
+  // no error; a call whose result matters hears that it was not made.
+  Result running;
+  host->publish_running(0, 0, 1.0, running.callback());
+  bool collected = false;
+  std::exception_ptr collect_error;
+  host->collect_failures(0, 1, [&](std::exception_ptr err, std::vector<WorkerFailure>) {
+    collected = true;
+    collect_error = err;
+  });
   host->move_to(moved_);
   ASSERT_TRUE(run_until([&] { return barrier.done; })) << "the old store's call was not given up";
   EXPECT_FALSE(barrier.error) << "an error of the replaced store was reported: "
                               << describe(barrier.error);
+  ASSERT_TRUE(run_until([&] { return running.done && collected; }))
+      << "a call queued on the old store never called back";
+  EXPECT_FALSE(running.error) << describe(running.error);
+  EXPECT_NE(describe(collect_error).find("the rendezvous store moved"), std::string::npos)
+      << describe(collect_error);
   // The round's outcome is decided on the new store; the watch, moved with it, delivers it.
   auto other = std::make_unique<TestJob>(io_, *clock_, "run1", moved_, false, 1);
   EXPECT_FALSE(finish([&](auto done) { other->publish_failure(0, 1, 0, {}, done); }));

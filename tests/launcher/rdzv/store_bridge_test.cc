@@ -1,7 +1,7 @@
 // StoreBridge over the in-memory store: operations run off the loop in order and report back on
 // the loop; urgent and status operations pass a blocked call; keys are the run's; a watch posts
 // the value once its key exists, and a replaced watch never calls back; failures reach the
-// callbacks; the destructor ends a blocked call.
+// callbacks; operations given up before they ran hear why; the destructor ends a blocked call.
 #include "rdzv/store_bridge.h"
 
 #include <gtest/gtest.h>
@@ -99,6 +99,48 @@ TEST_F(StoreBridgeTest, UrgentAndStatusOperationsPassABlockedCall) {
   const auto start = std::chrono::steady_clock::now();
   bridge_.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+TEST_F(StoreBridgeTest, OperationsGivenUpBeforeTheyRanGetAnErrorAndTheRunningOneGoesOn) {
+  std::atomic<bool> blocking{false};
+  std::optional<std::exception_ptr> blocked;
+  bridge_->run(
+      [&](Store& s) {
+        blocking = true;
+        s.wait(std::vector<std::string>{"released"}, 1h);
+      },
+      [&](std::exception_ptr err) { blocked = err; });
+  ASSERT_TRUE(run_until([&] { return blocking.load(); }));
+  // Queued behind it, on the same thread: never run, but each hears why.
+  std::optional<std::exception_ptr> queued_run;
+  bool call_done = false;
+  std::exception_ptr call_error;
+  bridge_->run([](Store&) { ADD_FAILURE() << "a given-up operation ran"; },
+               [&](std::exception_ptr err) { queued_run = err; });
+  bridge_->call<int>(
+      [](Store&) -> int {
+        ADD_FAILURE() << "a given-up call ran";
+        return 1;
+      },
+      [&](std::exception_ptr err, int) {
+        call_done = true;
+        call_error = err;
+      });
+  bridge_->drop_queued("the rendezvous store moved");
+  ASSERT_TRUE(run_until([&] { return queued_run.has_value() && call_done; }));
+  for (const std::exception_ptr& err : {*queued_run, call_error}) {
+    ASSERT_TRUE(err);
+    try {
+      std::rethrow_exception(err);
+    } catch (const StoreError& e) {
+      EXPECT_STREQ(e.what(), "the rendezvous store moved");
+    }
+  }
+  // The call that was running is not given up: it ends as it would have.
+  EXPECT_FALSE(blocked.has_value());
+  store_.set("cohort/run1/released", "1");
+  ASSERT_TRUE(run_until([&] { return blocked.has_value(); }));
+  EXPECT_FALSE(*blocked) << describe(*blocked);
 }
 
 TEST_F(StoreBridgeTest, AWatchPostsTheValueOnceTheKeyExists) {
