@@ -1,7 +1,10 @@
 #include "cohort/base/hang_probe.h"
 
 #include <charconv>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <type_traits>
 
 #include "cohort/error.h"
 
@@ -14,14 +17,50 @@ using nlohmann::json;
   throw ProtocolError("a worker's answer to a hang probe is malformed: " + what);
 }
 
+// A whole number that fits T; nullopt for anything else. Converting a fraction or a number past
+// T's range, as json::get<int> would, is undefined behaviour (found by tests/fuzz's hang_answer).
+template <typename T>
+std::optional<T> integer_of(const json& v) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<T>::max())) return std::nullopt;
+    return static_cast<T>(u);
+  }
+  if (v.is_number_integer()) {
+    const auto i = v.get<int64_t>();
+    if (i < std::numeric_limits<T>::min() || i > std::numeric_limits<T>::max()) return std::nullopt;
+    return static_cast<T>(i);
+  }
+  return std::nullopt;
+}
+
+[[noreturn]] void malformed_field(const char* key, const json& value) {
+  malformed(std::string("'") + key + "' is " + value.dump());
+}
+
 template <typename T>
 T field(const json& j, const char* key, T fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const json::exception&) {
-    malformed(std::string("'") + key + "' is " + it->dump());
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const std::optional<T> n = integer_of<T>(*it);
+    if (!n) malformed_field(key, *it);
+    return *n;
+  } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    if (!it->is_array()) malformed_field(key, *it);
+    T out;
+    for (const auto& v : *it) {
+      const std::optional<int> n = integer_of<int>(v);
+      if (!n) malformed_field(key, *it);
+      out.push_back(*n);
+    }
+    return out;
+  } else {
+    try {
+      return it->get<T>();
+    } catch (const json::exception&) {
+      malformed_field(key, *it);
+    }
   }
 }
 
@@ -30,10 +69,13 @@ std::string compact(const json& j, const char* key) {
   return it == j.end() ? std::string() : it->dump();
 }
 
-// "gloo:all_reduce" -> "all_reduce"
+// "gloo:all_reduce" -> "all_reduce": PyTorch's backend prefix, dropped when what follows it is a
+// plain name. Anything else stays as it is, so that reading an answer written from a parsed one
+// (libcohort's encode_answer) gives the same operation again.
 std::string plain_op(std::string op) {
   const size_t colon = op.find(':');
-  return colon == std::string::npos ? op : op.substr(colon + 1);
+  if (colon == std::string::npos || op.find(':', colon + 1) != std::string::npos) return op;
+  return op.substr(colon + 1);
 }
 
 StackFrame frame_from(const json& f) {
@@ -41,7 +83,11 @@ StackFrame frame_from(const json& f) {
   StackFrame s;
   try {
     s.file = f[0].get<std::string>();
-    s.line = f[1].is_null() ? 0 : f[1].get<int>();
+    if (!f[1].is_null()) {
+      const std::optional<int> line = integer_of<int>(f[1]);
+      if (!line) malformed("a frame is " + f.dump());
+      s.line = *line;
+    }
     s.function = f[2].get<std::string>();
     if (f.size() > 3 && f[3].is_string()) s.source = f[3].get<std::string>();
   } catch (const json::exception&) {
@@ -90,7 +136,7 @@ ProbeAnswer parse_answer(std::string_view text) {
     p.name = field<std::string>(g, "name", "");
     p.backend = field<std::string>(g, "backend", "");
     p.ranks = field<std::vector<int>>(g, "ranks", {});
-    if (g.contains("seq") && g["seq"].is_number_integer()) p.seq = g["seq"].get<int64_t>();
+    if (g.contains("seq")) p.seq = integer_of<int64_t>(g["seq"]);
     a.groups.push_back(std::move(p));
   }
   a.flight_recorder = field<bool>(j, "fr", false);

@@ -9,11 +9,15 @@ namespace cohort::launch {
 namespace {
 
 std::string format_time(double ts) {
+  // A time from outside (a worker's error file, a hang dated by a worker's clock) may be anything;
+  // converting one past time_t's range is undefined. Years 1970 to 9999 print.
+  constexpr double kYear10000 = 253402300800.0;
+  if (!(ts >= 0 && ts < kYear10000)) return "unknown";
   std::time_t t = static_cast<std::time_t>(ts);
   std::tm tm{};
-  ::localtime_r(&t, &tm);
+  if (::localtime_r(&t, &tm) == nullptr) return "unknown";
   char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d_%H:%M:%S", &tm);
+  if (std::strftime(buf, sizeof(buf), "%Y-%m-%d_%H:%M:%S", &tm) == 0) return "unknown";
   return buf;
 }
 

@@ -76,6 +76,12 @@ TEST(HangProbe, PyTorchsOperationPrefixIsDroppedAndUnknownFieldsIgnored) {
   EXPECT_EQ(a.threads[0].frames[0].line, 0);  // Python gives no line for some frames
   EXPECT_FALSE(a.torch.has_value());
   EXPECT_TRUE(a.groups.empty());
+  // Only a prefix before a plain name: reading what encode_answer wrote of a parsed answer gives
+  // the same operation again (the hang_answer fuzzer found "gloo:a:[_reduce" read twice).
+  ProbeAnswer odd = parse_answer(R"({"collectives": [{"op": "gloo:a:b"}]})");
+  EXPECT_EQ(odd.collectives[0].op, "gloo:a:b");
+  const std::string line = encode_answer(odd);
+  EXPECT_EQ(parse_answer(line.substr(0, line.size() - 1)).collectives[0].op, "gloo:a:b");
 }
 
 TEST(HangProbe, MalformedAnswersAreRefusedByName) {
@@ -89,6 +95,32 @@ TEST(HangProbe, MalformedAnswersAreRefusedByName) {
       EXPECT_NE(std::string(e.what()).find("hang probe"), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(HangProbe, ANumberThatIsNoWholeNumberOfItsTypeIsRefusedNotConverted) {
+  // Converting a fraction or a number past an int's range is undefined behaviour: a worker's
+  // answer may hold anything (the hang_answer fuzzer found a line number of 2.2e60).
+  for (const char* bad :
+       {R"({"pid": 2.5})", R"({"pid": 1e300})", R"({"pid": 4294967296})",
+        R"({"id": 18446744073709551615})", R"({"threads": [{"frames": [["f.py", 2.22e60, "g"]]}]})",
+        R"({"threads": [{"frames": [["f.py", -4294967296, "g"]]}]})",
+        R"({"groups": [{"ranks": [0, 1.5]}]})", R"({"groups": [{"ranks": [0, 3000000000]}]})",
+        R"({"collectives": [{"seq": 0.5}]})"}) {
+    try {
+      parse_answer(bad);
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find("is malformed"), std::string::npos) << e.what();
+    }
+  }
+  // The largest that fit are read as they are; a group's count past int64 is unknown.
+  const ProbeAnswer a = parse_answer(
+      R"({"pid": 2147483647, "id": 9223372036854775807, "groups": [{"seq": 18446744073709551615}],)"
+      R"( "threads": [{"frames": [["f.py", -2147483648, "g"]]}]})");
+  EXPECT_EQ(a.pid, 2147483647);
+  EXPECT_EQ(a.id, INT64_MAX);
+  EXPECT_FALSE(a.groups.at(0).seq.has_value());
+  EXPECT_EQ(a.threads.at(0).frames.at(0).line, INT32_MIN);
 }
 
 TEST(HangProbe, InvalidUtf8InAnAnswerIsReplacedNotThrown) {

@@ -8,6 +8,7 @@ handshake (VALIDATE 0x3C85F7CE, then PING(pid)), the hostlists of docs/SLURM.md 
 inputs that broke other parsers, torchrun's two error-file formats (torch_protocol.md §3.5), and
 the etcd v3 JSON gateway's responses (docs/ETCD.md, etcd 3.4.23).
 """
+import json
 import os
 import struct
 
@@ -398,9 +399,83 @@ def etcd_seeds():
         write("etcd_response", name, text)
 
 
+# ---- heartbeat pipe (base/include/cohort/base/heartbeat_line.h) ---------------------------------
+HEARTBEAT = {
+    # first byte: how the pipe cuts the rest (0: not at all)
+    "module": b"\x00H 1 4242 probe\naA 2 0.020773 0 0.000197722\nA 15 0.0204204 0 0.000107248\n",
+    "by_hand": b"\x03H 1 4242 -\nbbS 7 0.25 128 0.05\nb",
+    "libcohort": b"\x05bbbS 123456789 0.0123456 98765.4 0.000321\nbb",
+    "cut_short": b"\x01S 42 0.25 12",
+    "too_long": b"\x07S " + b"7" * 200 + b"\nb",
+    "malformed": b"\x02S nonsense\nS 2 -0.1 10 0.01\nH 1 0 -\nH 1 5 a,,b\nA 3 0.1 1 0.01 x\n",
+}
+
+
+def heartbeat_seeds():
+    for name, data in HEARTBEAT.items():
+        write("heartbeat", name, data)
+
+
+# ---- hang probe answers (base/include/cohort/base/hang_probe.h) ----------------------------------
+def answer(pid, frames, groups, collectives, fr=True, torch="2.15.0", time=1764790000.25):
+    threads = [{"name": "MainThread", "main": True, "frames": frames},
+               {"name": "pin_memory", "main": False, "frames": [["queue.py", 180, "get", ""]]}]
+    a = {"v": 1, "id": 7, "pid": pid, "time": time, "threads": threads, "groups": groups,
+         "fr": fr, "collectives": collectives}
+    if torch:
+        a["torch"] = torch
+    return json.dumps(a, separators=(",", ":"))
+
+
+def entry(seq, op="gloo:all_reduce", done=False, since=1764789988.0, pg="0"):
+    return {"pg": pg, "seq": seq, "p2p_seq": 0, "op": op, "in": [[520]], "out": [[520]],
+            "dtypes": ["Float"], "state": "scheduled", "done": done, "since": since,
+            "timeout_s": 1800.0, "p2p": False}
+
+
+C10D = "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py"
+WAITING = [["train.py", 40, "<module>", "train()"],
+           ["/torch/autograd/graph.py", 1113, "_engine_run_backward", "return Variable._exec"]]
+STALLED = [["train.py", 40, "<module>", "train()"], ["train.py", 9, "stuck_in_data_loading",
+                                                     "batch = next(loader)"]]
+GROUP = [{"name": "0", "backend": "gloo", "ranks": [0, 1], "seq": 26}]
+BEHIND = [{"name": "0", "backend": "gloo", "ranks": [0, 1], "seq": 25}]
+# first byte: the hang timeout; each line: the rank's beat state (bit 0 beat, bit 1 by hand,
+# bit 2 no answer, bits 3-7 silence in half seconds), then its answer.
+HANG_ANSWERS = {
+    "stall_fr": [5, (0x51, answer(100, WAITING, GROUP, [entry(25, done=True), entry(26)])),
+                 (0x51, answer(101, STALLED, BEHIND, [entry(25, done=True)]))],
+    "desync_fr": [5, (0x51, answer(100, WAITING, GROUP, [entry(26)])),
+                  (0x51, answer(101, WAITING, GROUP, [entry(26, op="gloo:all_gather")]))],
+    "torch113": [3, (0x31, answer(100, [["train.py", 40, "<module>", ""],
+                                        [C10D, 1536, "all_reduce", "work.wait()"]],
+                                  [{"name": "0", "backend": "gloo", "ranks": [0, 1],
+                                    "seq": 1234567}], [], fr=False, torch="1.13.1")),
+                 (0x31, answer(101, STALLED, [{"name": "0", "backend": "gloo", "ranks": [0, 1],
+                                               "seq": 1234566}], [], fr=False, torch="1.13.1"))],
+    "libcohort": [4, (0x29, answer(100, [], [{"name": "cohort/world", "backend": "cohort-cpu",
+                                              "ranks": [0, 1], "seq": 9}],
+                                   [entry(9, op="allreduce", pg="cohort/world")], fr=False,
+                                   torch=None)),
+                  (0x2D, "")],
+    "quiet_one_gpu": [3, (0x43, answer(100, STALLED, [], []))],
+    "no_answer_by_hand": [3, (0x47, "")],
+    "bad_clock": [2, (0x51, answer(100, WAITING, GROUP, [entry(26, since=1.0)], time=1e300)),
+                  (0x51, answer(101, STALLED, BEHIND, [], time=-5))],
+}
+
+
+def hang_answer_seeds():
+    for name, (timeout, *lines) in HANG_ANSWERS.items():
+        body = b"\n".join(bytes([state]) + text.encode() for state, text in lines)
+        write("hang_answer", name, bytes([timeout - 1]) + body)
+
+
 if __name__ == "__main__":
     codec_seeds()
     server_seeds()
     hostlist_seeds()
     error_file_seeds()
     etcd_seeds()
+    heartbeat_seeds()
+    hang_answer_seeds()

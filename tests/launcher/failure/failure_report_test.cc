@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "failure/failure.h"
 
 namespace cohort::launch {
@@ -35,6 +37,18 @@ TEST(FailureReport, TorchrunLayoutWithTheEarliestFailureAsRootCause) {
   EXPECT_NE(r.find("  error_file: <N/A>"), std::string::npos);
   EXPECT_NE(r.find("  traceback : line one\n  line two\n"), std::string::npos) << r;
   EXPECT_LT(r.find("rank      : 3"), root);
+}
+
+TEST(FailureReport, ATimeOutsideTheCalendarIsUnknownNotUndefined) {
+  // A hang dated by a worker's own clock, or an error file's timestamp, may be anything; past
+  // time_t's range the conversion was undefined behaviour (the hang_answer fuzzer found -1e300).
+  for (double ts : {-1e300, 1e300, -1.0, 1e12, std::numeric_limits<double>::quiet_NaN(),
+                    std::numeric_limits<double>::infinity()}) {
+    std::string r = format_failure_report("t", {make(0, ts, 1)});
+    EXPECT_NE(r.find("  time      : unknown\n"), std::string::npos) << ts << "\n" << r;
+  }
+  std::string r = format_failure_report("t", {make(0, 1764790000, 1)});
+  EXPECT_NE(r.find("  time      : 2025-"), std::string::npos) << r;
 }
 
 TEST(FailureReport, SingleFailureSaysNoOtherFailures) {
