@@ -6,6 +6,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "cohort/base/json_number.h"
 #include "cohort/error.h"
 
 namespace cohort::hang_probe {
@@ -17,23 +18,6 @@ using nlohmann::json;
   throw ProtocolError("a worker's answer to a hang probe is malformed: " + what);
 }
 
-// A whole number that fits T; nullopt for anything else. Converting a fraction or a number past
-// T's range, as json::get<int> would, is undefined behaviour (found by tests/fuzz's hang_answer).
-template <typename T>
-std::optional<T> integer_of(const json& v) {
-  if (v.is_number_unsigned()) {
-    const auto u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<T>::max())) return std::nullopt;
-    return static_cast<T>(u);
-  }
-  if (v.is_number_integer()) {
-    const auto i = v.get<int64_t>();
-    if (i < std::numeric_limits<T>::min() || i > std::numeric_limits<T>::max()) return std::nullopt;
-    return static_cast<T>(i);
-  }
-  return std::nullopt;
-}
-
 [[noreturn]] void malformed_field(const char* key, const json& value) {
   malformed(std::string("'") + key + "' is " + value.dump());
 }
@@ -43,14 +27,14 @@ T field(const json& j, const char* key, T fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    const std::optional<T> n = integer_of<T>(*it);
+    const std::optional<T> n = json_number::whole<T>(*it);
     if (!n) malformed_field(key, *it);
     return *n;
   } else if constexpr (std::is_same_v<T, std::vector<int>>) {
     if (!it->is_array()) malformed_field(key, *it);
     T out;
     for (const auto& v : *it) {
-      const std::optional<int> n = integer_of<int>(v);
+      const std::optional<int> n = json_number::whole<int>(v);
       if (!n) malformed_field(key, *it);
       out.push_back(*n);
     }
@@ -84,7 +68,7 @@ StackFrame frame_from(const json& f) {
   try {
     s.file = f[0].get<std::string>();
     if (!f[1].is_null()) {
-      const std::optional<int> line = integer_of<int>(f[1]);
+      const std::optional<int> line = json_number::whole<int>(f[1]);
       if (!line) malformed("a frame is " + f.dump());
       s.line = *line;
     }
@@ -136,7 +120,7 @@ ProbeAnswer parse_answer(std::string_view text) {
     p.name = field<std::string>(g, "name", "");
     p.backend = field<std::string>(g, "backend", "");
     p.ranks = field<std::vector<int>>(g, "ranks", {});
-    if (g.contains("seq")) p.seq = integer_of<int64_t>(g["seq"]);
+    if (g.contains("seq")) p.seq = json_number::whole<int64_t>(g["seq"]);
     a.groups.push_back(std::move(p));
   }
   a.flight_recorder = field<bool>(j, "fr", false);

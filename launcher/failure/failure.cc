@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "cohort/base/json_number.h"
 #include "cohort/base/parse.h"
 #include "cohort/error.h"
 #include "failure/json_text.h"
@@ -36,12 +37,12 @@ json failure_json(const WorkerFailure& f) {
 
 WorkerFailure failure_from(const json& j) {
   WorkerFailure f;
-  f.node_rank = j.at("node_rank").get<int>();
-  f.local_rank = j.at("local_rank").get<int>();
-  f.global_rank = j.at("global_rank").get<int>();
+  f.node_rank = json_number::required<int>(j, "node_rank");
+  f.local_rank = json_number::required<int>(j, "local_rank");
+  f.global_rank = json_number::required<int>(j, "global_rank");
   f.host = j.value("host", "");
-  f.pid = j.value("pid", 0);
-  f.exit_code = j.value("exit_code", 0);
+  f.pid = json_number::field<int>(j, "pid", 0);
+  f.exit_code = json_number::field<int>(j, "exit_code", 0);
   f.timestamp = j.value("timestamp", 0.0);
   f.reason = j.value("reason", "");
   f.error_file = j.value("error_file", "");
@@ -157,8 +158,8 @@ Outcome outcome_from_json(const std::string& text) {
       o.kind = Outcome::kRescale;
     else
       throw ProtocolError("unknown kind '" + kind + "'");
-    o.node_rank = j.value("node_rank", 0);
-    o.restarts = j.value("restarts", 0);
+    o.node_rank = json_number::field<int>(j, "node_rank", 0);
+    o.restarts = json_number::field<int>(j, "restarts", 0);
     o.detail = j.value("detail", "");
     if (j.contains("first_failure")) o.first_failure = failure_from(j["first_failure"]);
     o.decided_at = j.value("decided_at", 0.0);

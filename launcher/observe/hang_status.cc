@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cohort/base/json_number.h"
 #include "cohort/error.h"
 
 namespace cohort::launch {
@@ -31,7 +32,7 @@ HangStatus hang_status_from_json(const std::string& text) {
   try {
     const json j = json::parse(text);
     HangStatus s;
-    s.probe = j.value("probe", int64_t{0});
+    s.probe = json_number::field<int64_t>(j, "probe", 0);
     s.at = j.value("at", 0.0);
     const std::string v = j.value("verdict", "");
     for (auto k : {HangReport::Verdict::kProgressing, HangReport::Verdict::kQuiet,
@@ -41,12 +42,12 @@ HangStatus hang_status_from_json(const std::string& text) {
     s.report.hung_for_s = j.value("hung_for_s", 0.0);
     for (const auto& c : j.value("culprits", json::array())) {
       s.report.culprits.push_back(
-          {c.value("rank", 0), c.value("reason", ""), c.value("stack", "")});
+          {json_number::field<int>(c, "rank", 0), c.value("reason", ""), c.value("stack", "")});
       s.culprit_hosts.push_back(c.value("host", ""));
     }
     s.report.waiting = j.value("waiting", std::vector<std::string>{});
     return s;
-  } catch (const json::exception& e) {
+  } catch (const std::exception& e) {
     throw ProtocolError(std::string("a hang report is malformed: ") + e.what());
   }
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "cohort/base/json_number.h"
 #include "cohort/error.h"
 #include "rdzv/job_rendezvous.h"
 #include "workers/worker_group.h"
@@ -80,11 +81,11 @@ std::vector<RankProbe> ranks_from_answers(const RankAssignment& a,
       const std::string node_host = j.value("host", host);
       for (const auto& w : j.at("workers")) {
         RankProbe p;
-        p.rank = w.at("rank").get<int>();
+        p.rank = json_number::required<int>(w, "rank");
         p.node_rank = n;
-        p.local_rank = w.value("local_rank", 0);
+        p.local_rank = json_number::field<int>(w, "local_rank", 0);
         p.host = node_host;
-        p.pid = w.value("pid", 0);
+        p.pid = json_number::field<int>(w, "pid", 0);
         p.silent_s = w.value("silent_s", 0.0);
         p.beaten = w.value("beaten", false);
         p.beaten_by_hand = w.value("by_hand", false);
@@ -101,7 +102,7 @@ std::vector<RankProbe> ranks_from_answers(const RankAssignment& a,
         }
         out.push_back(std::move(p));
       }
-    } catch (const json::exception& e) {
+    } catch (const std::exception& e) {
       throw ProtocolError("node " + std::to_string(n) + "'s answers to a hang probe are " +
                           "malformed: " + e.what());
     }

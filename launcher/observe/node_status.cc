@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cohort/base/json_number.h"
 #include "cohort/error.h"
 
 namespace cohort::launch {
@@ -18,7 +19,11 @@ template <typename T>
 std::optional<T> get(const json& j, const char* name) {
   auto it = j.find(name);
   if (it == j.end() || it->is_null()) return std::nullopt;
-  return it->get<T>();
+  if constexpr (std::is_integral_v<T>) {
+    return json_number::field<T>(j, name, T{});
+  } else {
+    return it->get<T>();
+  }
 }
 
 }  // namespace
@@ -59,19 +64,19 @@ NodeStatus node_status_from_json(const std::string& text) {
   try {
     json j = json::parse(text);
     NodeStatus s;
-    s.node_rank = j.at("node_rank").get<int>();
+    s.node_rank = json_number::required<int>(j, "node_rank");
     s.host = j.value("host", "");
-    s.round = j.value("round", 0);
+    s.round = json_number::field<int>(j, "round", 0);
     s.state = j.value("state", "");
-    s.restarts = j.value("restarts", 0);
-    s.max_restarts = j.value("max_restarts", 0);
-    s.nnodes = j.value("nnodes", 1);
+    s.restarts = json_number::field<int>(j, "restarts", 0);
+    s.max_restarts = json_number::field<int>(j, "max_restarts", 0);
+    s.nnodes = json_number::field<int>(j, "nnodes", 1);
     s.updated = j.value("updated", 0.0);
     for (const auto& x : j.value("workers", json::array())) {
       WorkerStatus w;
-      w.rank = x.at("rank").get<int>();
-      w.local_rank = x.value("local_rank", 0);
-      w.pid = x.value("pid", 0);
+      w.rank = json_number::required<int>(x, "rank");
+      w.local_rank = json_number::field<int>(x, "local_rank", 0);
+      w.pid = json_number::field<int>(x, "pid", 0);
       w.state = x.value("state", "");
       w.heartbeat_age_s = get<double>(x, "heartbeat_age_s");
       w.step = get<long long>(x, "step");
@@ -84,13 +89,13 @@ NodeStatus node_status_from_json(const std::string& text) {
       s.workers.push_back(std::move(w));
     }
     for (const auto& x : j.value("stragglers", json::array())) {
-      s.stragglers.push_back({x.at("rank").get<int>(), x.value("host", ""), x.value("ratio", 0.0),
-                              x.value("reason", "")});
+      s.stragglers.push_back({json_number::required<int>(x, "rank"), x.value("host", ""),
+                              x.value("ratio", 0.0), x.value("reason", "")});
     }
     if (auto it = j.find("hang"); it != j.end() && it->is_object())
       s.hang = hang_status_from_json(it->dump());
     return s;
-  } catch (const json::exception& e) {
+  } catch (const std::exception& e) {
     throw ProtocolError(std::string("malformed node status record: ") + e.what());
   }
 }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cohort/base/duration_text.h"
+#include "cohort/base/json_number.h"
 #include "cohort/base/parse.h"
 #include "cohort/error.h"
 #include "failure/json_text.h"
@@ -36,7 +37,7 @@ RoundState decode(const std::string& text) {
   if (text.empty()) return s;
   try {
     json j = json::parse(text);
-    s.version = j.at("version").get<int>();
+    s.version = json_number::required<int>(j, "version");
     s.complete = j.at("status").get<std::string>() == "complete";
     s.participants = j.at("participants").get<std::vector<std::string>>();
   } catch (const std::exception& e) {

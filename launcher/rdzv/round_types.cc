@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cohort/base/json_number.h"
 #include "cohort/error.h"
 #include "failure/json_text.h"
 
@@ -24,12 +25,12 @@ NodeInfo node_info_from_json(const std::string& text) {
     auto j = nlohmann::json::parse(text);
     NodeInfo n;
     n.id = j.value("id", "");
-    n.node_rank = j.at("node_rank").get<int>();
-    n.nproc = j.at("nproc").get<int>();
+    n.node_rank = json_number::required<int>(j, "node_rank");
+    n.nproc = json_number::required<int>(j, "nproc");
     n.host = j.value("host", "");
-    n.pid = j.value("pid", 0);
+    n.pid = json_number::field<int>(j, "pid", 0);
     n.addr = j.value("addr", "");
-    n.store_port = j.value("store_port", 0);
+    n.store_port = json_number::field<int>(j, "store_port", 0);
     n.endpoint_store = j.value("endpoint_store", false);
     if (j.contains("settings"))
       n.settings = j.at("settings").get<std::map<std::string, std::string>>();

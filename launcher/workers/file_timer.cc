@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "cohort/base/json_number.h"
 #include "cohort/base/random.h"
 #include "cohort/base/worker_env_names.h"
 #include "cohort/error.h"
@@ -46,14 +47,14 @@ bool FileTimerServer::parse_request(const std::string& line, Request* out) {
   auto pid = j.find("pid");
   auto scope = j.find("scope_id");
   auto expiration = j.find("expiration_time");
-  if (pid == j.end() || !pid->is_number_integer() || scope == j.end() || !scope->is_string() ||
-      expiration == j.end() || !expiration->is_number())
+  if (pid == j.end() || !json_number::whole<pid_t>(*pid) || scope == j.end() ||
+      !scope->is_string() || expiration == j.end() || !expiration->is_number())
     return false;
-  out->pid = pid->get<pid_t>();
+  out->pid = *json_number::whole<pid_t>(*pid);
   out->scope = scope->get<std::string>();
   out->expiration_time = expiration->get<double>();
   auto sig = j.find("signal");
-  out->signal = sig != j.end() && sig->is_number_integer() ? sig->get<int>() : 0;
+  out->signal = sig != j.end() ? json_number::whole<int>(*sig).value_or(0) : 0;
   return out->pid > 0;
 }
 

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "cohort/base/deadline.h"
+#include "cohort/base/json_number.h"
 #include "cohort/base/worker_env_names.h"
 #include "cohort/error.h"
 #include "failure/failure.h"
@@ -334,14 +335,14 @@ std::optional<SpawnedProcess> ForkServer::collect(std::string* why) {
     return std::nullopt;
   }
   nlohmann::json m = nlohmann::json::parse(*reply, nullptr, false);
-  if (!m.is_object() || !m.contains("pid") || !m["pid"].is_number_integer()) {
+  if (!m.is_object() || !m.contains("pid") || !json_number::whole<pid_t>(m["pid"])) {
     *why = m.is_object() && m.contains("error") && m["error"].is_string()
                ? m["error"].get<std::string>()
                : "it answered: " + *reply;
     if (m.is_object() && m.value("stale", false)) set(State::kRefused, *why);
     return std::nullopt;
   }
-  const pid_t pid = m["pid"].get<pid_t>();
+  const pid_t pid = *json_number::whole<pid_t>(m["pid"]);
   // The worker must be this process's child (adopted as the child subreaper), or nobody could
   // wait for it; a worker that is not exits by itself.
   const std::vector<std::string> stat = proc_stat_fields(pid);

@@ -112,6 +112,20 @@ TEST(Failure, MalformedRecordsAreProtocolErrorsNamingWhatTheyAre) {
             std::string::npos);
 }
 
+TEST(Failure, ANumberThatIsNoWholeIntIsMalformedNotConverted) {
+  // Any client of the store can write these records; a fraction or a number past int's range was
+  // converted with static_cast (undefined for a double: 1e300 became INT_MIN).
+  for (const char* bad :
+       {R"([{"node_rank": 0, "local_rank": 0, "global_rank": 1e300}])",
+        R"([{"node_rank": 0.5, "local_rank": 0, "global_rank": 0}])",
+        R"([{"node_rank": 0, "local_rank": 0, "global_rank": 0, "exit_code": 4294967297}])",
+        R"([{"node_rank": 0, "local_rank": 0, "global_rank": 0, "pid": -1e20}])"}) {
+    EXPECT_THROW(failures_from_json(bad), ProtocolError) << bad;
+  }
+  EXPECT_THROW(outcome_from_json(R"({"kind": "failed", "restarts": 1e300})"), ProtocolError);
+  EXPECT_THROW(outcome_from_json(R"({"kind": "failed", "node_rank": 2.5})"), ProtocolError);
+}
+
 TEST(Failure, ARecordWithOnlyItsRanksReadsWithDefaults) {
   const WorkerFailure f =
       failure_from_json(R"({"node_rank": 1, "local_rank": 2, "global_rank": 3, "new": true})");

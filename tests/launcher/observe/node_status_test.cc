@@ -2,6 +2,8 @@
 // (fields are only added; unknown ones are ignored).
 #include "observe/node_status.h"
 
+#include "observe/hang_watch.h"
+
 #include <gtest/gtest.h>
 
 #include "cohort/error.h"
@@ -74,6 +76,29 @@ TEST(NodeStatus, CarriesTheLastHangReportAndRefusesAMalformedOne) {
   EXPECT_FALSE(node_status_from_json(to_json(NodeStatus{})).hang.has_value());
   EXPECT_THROW(node_status_from_json(R"({"node_rank": 0, "hang": {"waiting": "x"}})"),
                ProtocolError);
+}
+
+TEST(NodeStatus, ANumberThatIsNoWholeNumberOfItsFieldIsMalformedNotConverted) {
+  // Any client of the store can write a status record or a node's hang answers; a fraction or a
+  // number past the field's range was converted with static_cast (undefined for a double).
+  for (const char* bad : {R"({"node_rank": 1e300})", R"({"node_rank": 0, "round": 2.5})",
+                          R"({"node_rank": 0, "workers": [{"rank": 0, "step": 1e300}]})",
+                          R"({"node_rank": 0, "workers": [{"rank": 4294967296}]})",
+                          R"({"node_rank": 0, "stragglers": [{"rank": -1e300}]})",
+                          R"({"node_rank": 0, "hang": {"probe": 0.5}})",
+                          R"({"node_rank": 0, "hang": {"culprits": [{"rank": 1e300}]}})"}) {
+    EXPECT_THROW(node_status_from_json(bad), ProtocolError) << bad;
+  }
+  RankAssignment a;
+  a.nnodes = 1;
+  NodeInfo n;
+  n.nproc = 1;
+  n.host = "n0";
+  a.nodes.push_back(n);
+  for (const char* bad : {R"({"host": "n0", "workers": [{"rank": 1e300}]})",
+                          R"({"host": "n0", "workers": [{"rank": 0, "pid": 2.5}]})"}) {
+    EXPECT_THROW(ranks_from_answers(a, {std::string(bad)}), ProtocolError) << bad;
+  }
 }
 
 }  // namespace

@@ -43,8 +43,12 @@ TEST(RoundTypes, ANodeRecordSurvivesTheTripThroughTheStore) {
 }
 
 TEST(RoundTypes, AMalformedNodeRecordIsAProtocolErrorQuotingIt) {
-  for (const char* bad : {"not json", R"({"nproc": 2})", R"({"node_rank": 0, "nproc": 0})",
-                          R"({"node_rank": 0, "nproc": 1, "settings": [1]})"}) {
+  for (const char* bad :
+       {"not json", R"({"nproc": 2})", R"({"node_rank": 0, "nproc": 0})",
+        R"({"node_rank": 0, "nproc": 1, "settings": [1]})",
+        // no whole int: refused, not converted (2.5 read as 2 before)
+        R"({"node_rank": 0, "nproc": 2.5})", R"({"node_rank": 1e300, "nproc": 1})",
+        R"({"node_rank": 0, "nproc": 1, "store_port": 4294967297})"}) {
     try {
       node_info_from_json(bad);
       ADD_FAILURE() << "accepted " << bad;

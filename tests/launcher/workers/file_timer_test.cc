@@ -82,7 +82,10 @@ TEST_F(FileTimerTest, ParsesWhatPyTorchsClientWrites) {
   for (const char* bad : {"", "not json", "[]", "{\"pid\": 1}",
                           "{\"pid\": \"x\", \"scope_id\": "
                           "\"s\", \"expiration_time\": 1}",
-                          "{\"pid\": -3, \"scope_id\": \"s\", \"expiration_time\": 1}"}) {
+                          "{\"pid\": -3, \"scope_id\": \"s\", \"expiration_time\": 1}",
+                          // 2^32 + 1 wrapped to pid 1 before; a fraction was truncated
+                          "{\"pid\": 4294967297, \"scope_id\": \"s\", \"expiration_time\": 1}",
+                          "{\"pid\": 42.5, \"scope_id\": \"s\", \"expiration_time\": 1}"}) {
     EXPECT_FALSE(FileTimerServer::parse_request(bad, &r)) << bad;
   }
 }
