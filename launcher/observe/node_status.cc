@@ -1,6 +1,7 @@
 #include "observe/node_status.h"
 
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "cohort/base/json_number.h"
 #include "cohort/error.h"
@@ -19,8 +20,8 @@ template <typename T>
 std::optional<T> get(const json& j, const char* name) {
   auto it = j.find(name);
   if (it == j.end() || it->is_null()) return std::nullopt;
-  if constexpr (std::is_integral_v<T>) {
-    return json_number::field<T>(j, name, T{});
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return json_number::field<T>(j, name, T{});  // a whole number of T, or ProtocolError
   } else {
     return it->get<T>();
   }
