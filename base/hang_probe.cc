@@ -1,7 +1,6 @@
 #include "cohort/base/hang_probe.h"
 
 #include <charconv>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <type_traits>

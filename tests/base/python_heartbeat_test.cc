@@ -84,17 +84,22 @@ TEST(PythonHeartbeat, WhatThePythonModuleWritesTheLauncherReads) {
   EXPECT_TRUE(p.beaten_by_hand()) << bytes;
 }
 
+// What cohortrun's sitecustomize does first (the worker takes its descriptors and says hello),
+// then the module's writer at hand as `h`.
+constexpr const char* kStartedWorker =
+    "import time\n"
+    "import _cohort_worker\n"
+    "_cohort_worker.start()\n"
+    "from _cohort_worker import heartbeat as h\n";
+
 TEST(PythonHeartbeat, TheModulesOwnBeatsAreToldFromTheScripts) {
   // The optimizer hook's beats and step reports (auto_beat, add_step) are the module's own; a
   // beat by hand right after one still goes out, as one by hand, and so does a report averaged
   // with a step reported by hand.
-  const std::string own = run_python_writer(
-      "import time\n"
-      "import _cohort_worker\n"
-      "_cohort_worker.start()\n"
-      "from _cohort_worker import heartbeat as h\n"
-      "h.auto_beat()\n"
-      "h.add_step(time.monotonic() + 1, 5, 0.01, 0.0, 0.002)\n");
+  const std::string own =
+      run_python_writer(std::string(kStartedWorker) +
+                        "h.auto_beat()\n"
+                        "h.add_step(time.monotonic() + 1, 5, 0.01, 0.0, 0.002)\n");
   HeartbeatParser module;
   EXPECT_TRUE(module.feed(own)) << own;
   EXPECT_EQ(module.malformed(), 0u) << own;
@@ -102,27 +107,20 @@ TEST(PythonHeartbeat, TheModulesOwnBeatsAreToldFromTheScripts) {
   EXPECT_EQ(module.last_step()->step, 5);
   EXPECT_FALSE(module.beaten_by_hand()) << own;
 
-  const std::string hand_after_hook = run_python_writer(
-      "import _cohort_worker\n"
-      "_cohort_worker.start()\n"
-      "from _cohort_worker import heartbeat as h\n"
-      "h.auto_beat()\n"
-      "_cohort_worker.beat()\n");
+  const std::string hand_after_hook = run_python_writer(std::string(kStartedWorker) +
+                                                        "h.auto_beat()\n"
+                                                        "_cohort_worker.beat()\n");
   HeartbeatParser beat;
   EXPECT_TRUE(beat.feed(hand_after_hook)) << hand_after_hook;
   EXPECT_TRUE(beat.beaten_by_hand()) << hand_after_hook;
 
   // The hook's report goes out as the module's; a step by hand within the report interval is
   // averaged into the next report, which is then the script's.
-  const std::string mixed_report = run_python_writer(
-      "import time\n"
-      "import _cohort_worker\n"
-      "_cohort_worker.start()\n"
-      "from _cohort_worker import heartbeat as h\n"
-      "t = time.monotonic()\n"
-      "h.add_step(t + 1, 5, 0.01, 0.0, 0.0)\n"
-      "_cohort_worker.report_step(6, 0.01)\n"
-      "h.add_step(t + 2, 7, 0.01, 0.0, 0.0)\n");
+  const std::string mixed_report = run_python_writer(std::string(kStartedWorker) +
+                                                     "t = time.monotonic()\n"
+                                                     "h.add_step(t + 1, 5, 0.01, 0.0, 0.0)\n"
+                                                     "_cohort_worker.report_step(6, 0.01)\n"
+                                                     "h.add_step(t + 2, 7, 0.01, 0.0, 0.0)\n");
   EXPECT_NE(mixed_report.find("\nA 5 "), std::string::npos) << mixed_report;
   EXPECT_EQ(mixed_report.find(" 6 "), std::string::npos) << mixed_report;
   EXPECT_NE(mixed_report.find("\nS 7 "), std::string::npos) << mixed_report;
